@@ -1,0 +1,71 @@
+# smol — build, kernel, box and tests. `make help` lists the targets.
+GO      ?= go
+export CGO_ENABLED := 0
+TIMEOUT ?= 80m
+RUN     ?= bin/smol run --initrd build/initramfs.cpio
+N       ?= 10
+
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot demo deps vet fmt clean help FORCE
+
+all: build
+
+help:
+	@echo "make deps          install build/test dependencies (apt)"
+	@echo "make build         bin/smol (and bin/smolbox)"
+	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
+	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
+	@echo "make guest         build/init and build/initramfs.cpio, the demo guest"
+	@echo "make box RUN='…'   run a shell command inside the test box"
+	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
+	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
+	@echo "make bench-boot    smol vs QEMU microvm boot-to-init (N=$(N))"
+
+build: bin/smol bin/smolbox
+
+bin/smol: FORCE
+	$(GO) build -o $@ ./cmd/smol
+
+bin/smolbox: FORCE
+	$(GO) build -o $@ ./cmd/smolbox
+
+kernel:
+	@guest/kernel/build.sh build/vmlinux guest/kernel/guest.config
+
+box-kernel:
+	@guest/kernel/build.sh build/box-vmlinux guest/kernel/guest.config box/kernel.config
+
+stock-kernel:
+	@scripts/stock-kernel.sh build/stock-vmlinuz
+
+build/init: FORCE
+	$(GO) build -o $@ ./guest/init
+
+guest: build/init
+	$(GO) run ./guest/mkinitramfs -o build/initramfs.cpio -init build/init -rc guest/demo/rc
+
+box: bin/smolbox bin/smol box-kernel
+	@bin/smolbox '$(RUN)'
+
+deps:
+	@scripts/install-deps.sh
+
+demo: deps build kernel box-kernel guest
+	@$(MAKE) --no-print-directory box RUN='bin/smol run --initrd build/initramfs.cpio --cpus 2 --mem 512M'
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+unit-test:
+	$(GO) test -short ./...
+
+test: build kernel box-kernel stock-kernel guest
+	$(GO) vet ./...
+	$(GO) test -timeout $(TIMEOUT) ./...
+
+bench-boot: build kernel box-kernel guest
+	$(GO) build -o bin/bench-boot ./bench/boot
+	@bin/smolbox "bin/bench-boot -n $(N)"
+
+clean:
+	rm -rf bin build

@@ -1,0 +1,215 @@
+package box
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/smolvm/smol/guest/initramfs"
+)
+
+// Options configure one box session.
+type Options struct {
+	Dir    string    // working directory inside the box (a host path); default: the current one
+	Env    []string  // environment of the command; default: os.Environ()
+	Stdout io.Writer // the box's console; default os.Stdout
+	CPUs   int       // default 2 (the machines here have 2 cores)
+	Memory string    // QEMU -m syntax; default "6G"
+	// Log, if set, receives QEMU's own diagnostics.
+	Log io.Writer
+}
+
+// ErrUnavailable reports that the box cannot start here.
+var ErrUnavailable = errors.New("the test box is not available")
+
+// Paths the box needs, found relative to the repository root.
+const (
+	kernelPath  = "build/box-vmlinux"
+	busyboxPath = "/bin/busybox"
+	qemuBinary  = "qemu-system-x86_64"
+)
+
+// Run runs script with /bin/sh inside a fresh box and returns its exit status.
+// The box shares the host's root filesystem, so script sees this checkout at
+// the same path and its writes persist.
+func Run(ctx context.Context, script string, opts Options) (int, error) {
+	kernel, err := Kernel()
+	if err != nil {
+		return -1, err
+	}
+	qemu, err := exec.LookPath(qemuBinary)
+	if err != nil {
+		return -1, fmt.Errorf("%w: %s not found (apt-get install qemu-system-x86)", ErrUnavailable, qemuBinary)
+	}
+	if _, err := os.Stat(busyboxPath); err != nil {
+		return -1, fmt.Errorf("%w: %s not found (apt-get install busybox-static)", ErrUnavailable, busyboxPath)
+	}
+	if opts.Dir == "" {
+		if opts.Dir, err = os.Getwd(); err != nil {
+			return -1, err
+		}
+	}
+	if opts.Env == nil {
+		opts.Env = os.Environ()
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	if opts.CPUs == 0 {
+		opts.CPUs = 2
+	}
+	if opts.Memory == "" {
+		opts.Memory = "6G"
+	}
+
+	// The job directory is on the host and therefore also in the box.
+	job, err := os.MkdirTemp("", "smolbox-")
+	if err != nil {
+		return -1, err
+	}
+	defer os.RemoveAll(job)
+	if err := os.WriteFile(filepath.Join(job, "run.sh"), []byte(jobScript(script, opts)), 0o755); err != nil {
+		return -1, err
+	}
+	initrd := filepath.Join(job, "initrd.cpio")
+	if err := writeInitramfs(initrd); err != nil {
+		return -1, err
+	}
+
+	var qemuLog bytes.Buffer
+	logw := io.Writer(&qemuLog)
+	if opts.Log != nil {
+		logw = io.MultiWriter(&qemuLog, opts.Log)
+	}
+	cmd := exec.CommandContext(ctx, qemu, qemuArgs(kernel, initrd, job, opts)...)
+	cmd.Stdin = nil
+	cmd.Stdout = opts.Stdout
+	cmd.Stderr = logw
+	runErr := cmd.Run()
+	status, err := os.ReadFile(filepath.Join(job, "status"))
+	if err != nil {
+		if ctx.Err() != nil {
+			return -1, fmt.Errorf("box: %w", ctx.Err())
+		}
+		return -1, fmt.Errorf("box ended without the command's status (qemu: %v): %s", runErr, lastLine(qemuLog.String()))
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(status)))
+	if err != nil {
+		return -1, fmt.Errorf("box: bad status file %q", status)
+	}
+	return code, nil
+}
+
+// qemuArgs is the box's virtual machine: QEMU's microvm with its software
+// CPU (TCG, multi-threaded) presenting an AMD EPYC with SVM, so the box
+// kernel's kvm_amd gives real KVM to the command.
+func qemuArgs(kernel, initrd, job string, opts Options) []string {
+	return []string{
+		"-M", "microvm,rtc=on,acpi=on",
+		"-accel", "tcg,thread=multi",
+		"-cpu", "EPYC,+svm",
+		"-smp", strconv.Itoa(opts.CPUs),
+		"-m", opts.Memory,
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-serial", "stdio",
+		"-kernel", kernel,
+		"-initrd", initrd,
+		"-append", "console=ttyS0 quiet loglevel=1 panic=-1 reboot=t smolbox.job=" + job,
+		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
+		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
+	}
+}
+
+// jobScript sets the command's environment and directory, then runs it.
+func jobScript(script string, opts Options) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	for _, kv := range opts.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !validEnvName(k) {
+			continue
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	b.WriteString("export SMOL_IN_BOX=1\n")
+	fmt.Fprintf(&b, "cd %s || exit 125\n", shellQuote(opts.Dir))
+	b.WriteString(script)
+	b.WriteString("\n")
+	return b.String()
+}
+
+func writeInitramfs(path string) error {
+	a := initramfs.New()
+	a.AddFile("init", []byte(initScript), 0o755)
+	if err := a.AddBusybox(busyboxPath, busyboxApplets...); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return a.WriteFile(path)
+}
+
+// Kernel returns the box kernel's path: $SMOL_BOX_KERNEL, or
+// build/box-vmlinux in this repository.
+func Kernel() (string, error) {
+	if k := os.Getenv("SMOL_BOX_KERNEL"); k != "" {
+		return k, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	k := filepath.Join(root, kernelPath)
+	if _, err := os.Stat(k); err != nil {
+		return "", fmt.Errorf("%w: no box kernel at %s (run 'make box-kernel')", ErrUnavailable, k)
+	}
+	return k, nil
+}
+
+// RepoRoot finds the smol checkout containing the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module github.com/smolvm/smol\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the smol repository")
+		}
+		dir = parent
+	}
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return "no diagnostics"
+	}
+	return s
+}

@@ -1,0 +1,20 @@
+// Package box runs commands inside the test box: a nested virtual machine
+// that gives its userland real (hardware-semantics) KVM on hosts whose own
+// /dev/kvm cannot boot Linux.
+//
+// The machines this project is developed on expose a PVM /dev/kvm (software
+// KVM without VMX/SVM, see shared/ENVIRONMENT.md). The box is QEMU running
+// under its software CPU with AMD SVM emulated, booting the project's box
+// kernel (built from the guest kernel's source with KVM and 9p built in).
+// The host's whole root filesystem is shared into the box over virtio-9p and
+// the box's init chroots into it, so a command sees the same paths, the same
+// checkout and the same binaries as on the host, and what it writes stays
+// there. /proc, /sys and /dev inside are the box's own, so /dev/kvm is the
+// box kernel's KVM.
+//
+// On a host whose /dev/kvm boots Linux, the box steps aside: Main runs the
+// tests directly.
+//
+// Time inside the box is 10-50x slower than hardware and noisy; compare
+// ratios between programs run in one box session, never absolute times.
+package box

@@ -1,0 +1,42 @@
+package box
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/smolvm/smol/vmm"
+)
+
+// InBox reports whether this process runs inside the box.
+func InBox() bool { return os.Getenv("SMOL_IN_BOX") == "1" }
+
+// Main is a TestMain for tests that boot Linux guests. Where this host's
+// /dev/kvm can boot Linux, or inside the box, it runs the tests. Otherwise it
+// runs this same test binary, with the same arguments, inside a box, and
+// returns its exit status: `go test` then boots real guests on any host.
+func Main(m *testing.M) int {
+	if InBox() || vmm.HostBootsLinux() {
+		return m.Run()
+	}
+	script := shellQuote(os.Args[0])
+	for _, a := range os.Args[1:] {
+		script += " " + shellQuote(a)
+	}
+	fmt.Fprintf(os.Stderr, "box: host /dev/kvm cannot boot Linux; running %s inside the test box\n", shortName(os.Args[0]))
+	code, err := Run(context.Background(), "exec "+script, Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "box: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+func shortName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

@@ -1,0 +1,66 @@
+// Command smol runs Linux microVMs. It is a thin layer over the smol Go
+// package: it parses flags, calls the API and prints.
+//
+//	smol run [--kernel PATH] [--initrd PATH] [--cmdline STR] [--cpus N] [--mem SIZE] [--boot-time]
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// processStart approximates when this process was exec'd: package
+// initialisation runs right after the Go runtime starts.
+var processStart = time.Now()
+
+// usageError is a mistake on the command line: print it and exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `smol runs Linux microVMs.
+
+Usage:
+  smol run [flags]     boot a kernel with the console attached
+  smol help            show this help
+
+Run 'smol run --help' for its flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		var code int
+		code, err = runCommand(args[1:])
+		if err == nil {
+			return code
+		}
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	default:
+		err = usageError{fmt.Sprintf("unknown command %q (try 'smol help')", args[0])}
+	}
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "smol: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/smolvm/smol"
+	"github.com/spf13/pflag"
+)
+
+// runCommand implements `smol run`: boot, attach the console, wait. It
+// returns the process exit status: 0 after a clean poweroff or reboot.
+func runCommand(args []string) (int, error) {
+	fs := pflag.NewFlagSet("smol run", pflag.ContinueOnError)
+	fs.SortFlags = false
+	kernel := fs.String("kernel", "", "Linux kernel: vmlinux (ELF) or bzImage (default: the one 'make kernel' built)")
+	initrd := fs.String("initrd", "", "initramfs to load")
+	cmdline := fs.String("cmdline", "", "extra kernel command line, after smol's defaults ("+smol.DefaultCmdline+")")
+	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
+	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
+	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: smol run [flags]\n\nBoot a Linux kernel in a microVM with its serial console on this terminal.\nOn a terminal, type Ctrl-A x to stop the VM.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == pflag.ErrHelp {
+			return 0, err
+		}
+		return 0, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return 0, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	memBytes, err := smol.ParseSize(*mem)
+	if err != nil {
+		return 0, usageError{"--mem: " + err.Error()}
+	}
+	if *cpus < 1 {
+		return 0, usageError{fmt.Sprintf("--cpus %d: need at least 1", *cpus)}
+	}
+
+	console, err := attachConsole()
+	if err != nil {
+		return 0, err
+	}
+	defer console.restore()
+	m, err := smol.Start(smol.Config{
+		Kernel:       *kernel,
+		Initrd:       *initrd,
+		Cmdline:      *cmdline,
+		CPUs:         *cpus,
+		Memory:       memBytes,
+		Console:      os.Stdout,
+		ConsoleInput: console.input,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var killedBy os.Signal
+	go func() {
+		select {
+		case killedBy = <-signals:
+			m.Stop()
+		case <-console.escape:
+			m.Stop()
+		case <-m.Done():
+		}
+	}()
+	exit, err := m.Wait()
+	console.restore()
+	if *bootTime {
+		printBootTimes(m.BootTimes())
+	}
+	if err != nil {
+		return 0, err
+	}
+	if exit.Reason == "stopped" {
+		if s, ok := killedBy.(syscall.Signal); ok {
+			return 128 + int(s), nil
+		}
+		fmt.Fprintln(os.Stderr, "smol: VM stopped")
+		return 0, nil
+	}
+	return 0, nil
+}
+
+func printBootTimes(t smol.BootTimes) {
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "not reached"
+		}
+		return fmt.Sprintf("%.1f ms", float64(at.Sub(processStart).Microseconds())/1000)
+	}
+	fmt.Fprintf(os.Stderr, "boot-time: first KVM_RUN %s, userspace %s\n", ms(t.FirstRun), ms(t.Userspace))
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# build.sh OUT FRAGMENT... — build a Linux 6.1 vmlinux (and bzImage) from the
+# given config fragments merged over `make tinyconfig`, and copy it to OUT.
+#
+# Source: Debian's linux-source-6.1 package (/usr/src/linux-source-6.1.tar.xz),
+# or a tarball named by SMOL_LINUX_TARBALL whose sha256 must equal
+# SMOL_LINUX_SHA256. The result is cached per machine under
+# ${SMOL_CACHE:-~/.cache/smol}/kernel/<key>, where the key hashes the source,
+# the fragments and this script, so a second `make kernel` is a copy.
+set -euo pipefail
+
+out=$1; shift
+[ $# -gt 0 ] || { echo "usage: build.sh OUT FRAGMENT..." >&2; exit 2; }
+
+cache=${SMOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/smol}
+tarball=${SMOL_LINUX_TARBALL:-/usr/src/linux-source-6.1.tar.xz}
+if [ ! -f "$tarball" ]; then
+	echo "kernel: no Linux source at $tarball" >&2
+	echo "kernel: install it with 'apt-get install linux-source-6.1' (and flex bison bc libelf-dev libssl-dev)," >&2
+	echo "kernel: or set SMOL_LINUX_TARBALL=linux-6.1.x.tar.xz and SMOL_LINUX_SHA256=<its sha256>" >&2
+	exit 1
+fi
+if [ -n "${SMOL_LINUX_TARBALL:-}" ]; then
+	got=$(sha256sum "$tarball" | cut -d' ' -f1)
+	if [ "$got" != "${SMOL_LINUX_SHA256:-}" ]; then
+		echo "kernel: $tarball has sha256 $got, want ${SMOL_LINUX_SHA256:-<unset SMOL_LINUX_SHA256>}" >&2
+		exit 1
+	fi
+fi
+
+src_id=$(stat -c '%s-%Y' "$tarball")
+key=$( { echo "$src_id"; cat "$@" "$0"; } | sha256sum | cut -c1-16)
+dir=$cache/kernel/$key
+mkdir -p "$(dirname "$out")"
+if [ -f "$dir/vmlinux" ] && [ -f "$dir/bzImage" ]; then
+	cp "$dir/vmlinux" "$out"
+	cp "$dir/bzImage" "$(dirname "$out")/$(basename "$out" | sed 's/vmlinux/bzImage/')"
+	echo "kernel: $out (cached, $dir)"
+	exit 0
+fi
+
+srcdir=$cache/src/$src_id
+if [ ! -f "$srcdir/.unpacked" ]; then
+	echo "kernel: unpacking $tarball"
+	rm -rf "$srcdir"; mkdir -p "$srcdir"
+	tar -xf "$tarball" -C "$srcdir" --strip-components=1
+	touch "$srcdir/.unpacked"
+fi
+
+rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+log=$dir.tmp/build.log
+echo "kernel: configuring ($*), log in $log"
+make -C "$srcdir" O="$dir.tmp" tinyconfig >"$log" 2>&1
+"$srcdir/scripts/kconfig/merge_config.sh" -m -O "$dir.tmp" "$dir.tmp/.config" "$@" >>"$log" 2>&1
+make -C "$srcdir" O="$dir.tmp" olddefconfig >>"$log" 2>&1
+
+# Every option a fragment asks for must survive olddefconfig: a silently
+# dropped option (an unmet dependency) is a build bug, not a surprise at boot.
+missing=0
+for frag in "$@"; do
+	while IFS= read -r line; do
+		case "$line" in CONFIG_*=*) ;; *) continue ;; esac
+		opt=${line%%=*}; val=${line#*=}
+		if [ "$val" = n ]; then
+			if grep -q "^$opt=[ym]" "$dir.tmp/.config"; then echo "kernel: $opt is set, want n" >&2; missing=1; fi
+		elif ! grep -qx "$opt=$val" "$dir.tmp/.config"; then
+			echo "kernel: $opt=$val did not stick ($(grep "^$opt=\|^# $opt " "$dir.tmp/.config" || echo unset))" >&2; missing=1
+		fi
+	done <"$frag"
+done
+[ $missing = 0 ] || { echo "kernel: fix the fragment (see $dir.tmp/.config)" >&2; exit 1; }
+
+echo "kernel: building vmlinux and bzImage with $(nproc) jobs (a few minutes)"
+start=$(date +%s)
+if ! make -C "$srcdir" O="$dir.tmp" -j"$(nproc)" vmlinux bzImage >>"$log" 2>&1; then
+	tail -40 "$log" >&2
+	echo "kernel: build failed, full log in $log" >&2
+	exit 1
+fi
+mkdir -p "$dir"
+cp "$dir.tmp/vmlinux" "$dir.tmp/.config" "$dir/"
+cp "$dir.tmp/arch/x86/boot/bzImage" "$dir/bzImage"
+rm -rf "$dir.tmp"
+cp "$dir/vmlinux" "$out"
+cp "$dir/bzImage" "$(dirname "$out")/$(basename "$out" | sed 's/vmlinux/bzImage/')"
+echo "kernel: $out built in $(( $(date +%s) - start ))s"

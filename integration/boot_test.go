@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/smolvm/smol"
+)
+
+const reportCPUs = `echo "cpus-online=$(cat /sys/devices/system/cpu/online) nproc=$(nproc)"
+poweroff -f
+`
+
+func TestProjectKernelBringsAllCPUsOnline(t *testing.T) {
+	kernel := artifact(t, "build/vmlinux", "kernel")
+	initrd := guestInitramfs(t, reportCPUs)
+	for _, cpus := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%dcpu", cpus), func(t *testing.T) {
+			exit, out, err := boot(t, smol.Config{Kernel: kernel, Initrd: initrd, CPUs: cpus, Memory: 256 << 20})
+			if err != nil {
+				t.Fatalf("%v\nconsole:\n%s", err, out)
+			}
+			want := fmt.Sprintf("cpus-online=0 nproc=1")
+			if cpus > 1 {
+				want = fmt.Sprintf("cpus-online=0-%d nproc=%d", cpus-1, cpus)
+			}
+			if !strings.Contains(out, want) {
+				t.Fatalf("want %q in the console:\n%s", want, out)
+			}
+			if exit.Reason != "poweroff" {
+				t.Fatalf("exit reason %q, want poweroff", exit.Reason)
+			}
+		})
+	}
+}
+
+func TestStockDistributionKernelReachesInit(t *testing.T) {
+	kernel := artifact(t, "build/stock-vmlinuz", "stock-kernel")
+	initrd := guestInitramfs(t, `echo "stock-init-reached $(uname -r) cpus=$(nproc)"
+poweroff -f
+`)
+	exit, out, err := boot(t, smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20})
+	if err != nil {
+		t.Fatalf("%v\nconsole:\n%s", err, out)
+	}
+	m := regexp.MustCompile(`stock-init-reached (\S+) cpus=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("init not reached; console:\n%s", out)
+	}
+	if !strings.Contains(m[1], "cloud-amd64") || m[2] != "2" {
+		t.Fatalf("stock kernel %s with %s CPUs, want a cloud-amd64 kernel with 2", m[1], m[2])
+	}
+	if exit.Reason != "poweroff" {
+		t.Fatalf("exit reason %q, want poweroff", exit.Reason)
+	}
+}
+
+func TestSerialConsoleAnswersTyping(t *testing.T) {
+	kernel := artifact(t, "build/vmlinux", "kernel")
+	initrd := guestInitramfs(t, "") // no /etc/rc: an interactive shell on ttyS0
+	in, typer := io.Pipe()
+	out := &syncBuffer{}
+	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 1, Memory: 256 << 20, Console: out, ConsoleInput: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	deadline := time.Now().Add(bootTimeout)
+	if !out.waitFor("# ", deadline) {
+		m.Stop()
+		t.Fatalf("no shell prompt; console:\n%s", out.String())
+	}
+	io.WriteString(typer, "echo answer-$((6*7))\n")
+	if !out.waitFor("answer-42", deadline) {
+		m.Stop()
+		t.Fatalf("the guest did not answer; console:\n%s", out.String())
+	}
+	io.WriteString(typer, "poweroff -f\n")
+	exit, err := m.Wait()
+	if err != nil || exit.Reason != "poweroff" {
+		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, out.String())
+	}
+}
+
+func TestPoweroffAndRebootExitZero(t *testing.T) {
+	artifact(t, "build/vmlinux", "kernel")
+	for _, c := range []struct{ command, reason string }{{"poweroff -f", "poweroff"}, {"reboot -f", "reboot"}} {
+		t.Run(c.reason, func(t *testing.T) {
+			initrd := guestInitramfs(t, "echo before-"+c.reason+"\n"+c.command+"\n")
+			code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "2", "--mem", "256M")
+			if code != 0 {
+				t.Fatalf("smol exited %d after %s; stderr: %s\nconsole:\n%s", code, c.command, stderr, stdout)
+			}
+			if !strings.Contains(stdout, "before-"+c.reason) {
+				t.Fatalf("guest output missing; console:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func TestBootTimeReportsBothMilestones(t *testing.T) {
+	artifact(t, "build/vmlinux", "kernel")
+	initrd := guestInitramfs(t, "poweroff -f\n")
+	code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "1", "--mem", "256M", "--boot-time")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr: %s\nconsole:\n%s", code, stderr, stdout)
+	}
+	m := regexp.MustCompile(`boot-time: first KVM_RUN ([0-9.]+) ms, userspace ([0-9.]+) ms`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no boot-time line on stderr: %q", stderr)
+	}
+	var first, user float64
+	fmt.Sscan(m[1], &first)
+	fmt.Sscan(m[2], &user)
+	if !(first > 0 && user > first) {
+		t.Fatalf("first KVM_RUN %v ms, userspace %v ms: want 0 < first < userspace", first, user)
+	}
+}
+
+func TestBzImageOfProjectKernelBoots(t *testing.T) {
+	kernel := artifact(t, "build/bzImage", "kernel")
+	initrd := guestInitramfs(t, reportCPUs)
+	exit, out, err := boot(t, smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 256 << 20})
+	if err != nil || exit.Reason != "poweroff" || !strings.Contains(out, "cpus-online=0-1") {
+		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, out)
+	}
+}

@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/box"
+	"github.com/smolvm/smol/guest/initramfs"
+)
+
+func TestMain(m *testing.M) { os.Exit(box.Main(m)) }
+
+// bootTimeout bounds one guest boot inside the box, where everything runs
+// under a software CPU; a guest that takes longer is hung.
+const bootTimeout = 3 * time.Minute
+
+// artifact returns the path of a build output, failing the test with the
+// command that makes it when it is missing.
+func artifact(t *testing.T, rel, makeTarget string) string {
+	t.Helper()
+	root, err := box.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run 'make %s' first", rel, makeTarget)
+	}
+	return p
+}
+
+// guestInitramfs builds an initramfs whose init runs rc as /etc/rc (or an
+// interactive shell when rc is empty) and returns its path.
+func guestInitramfs(t *testing.T, rc string) string {
+	t.Helper()
+	a := initramfs.New()
+	if err := a.AddHostFile("init", artifact(t, "build/init", "guest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddBusybox("/bin/busybox", initramfs.BusyboxApplets...); err != nil {
+		t.Fatal(err)
+	}
+	if rc != "" {
+		a.AddFile("etc/rc", []byte(rc), 0o755)
+	}
+	p := filepath.Join(t.TempDir(), "initrd.cpio")
+	if err := a.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer collects console output written by the vCPU threads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor polls the console until it contains want or the deadline passes.
+func (b *syncBuffer) waitFor(want string, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if strings.Contains(b.String(), want) {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// boot runs a guest through the Go API until it stops, with a watchdog.
+func boot(t *testing.T, cfg smol.Config) (smol.Exit, string, error) {
+	t.Helper()
+	out := &syncBuffer{}
+	cfg.Console = out
+	m, err := smol.Start(cfg)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer m.Close()
+	timer := time.AfterFunc(bootTimeout, m.Stop)
+	defer timer.Stop()
+	exit, err := m.Wait()
+	if exit.Reason == "stopped" {
+		t.Fatalf("guest did not finish within %v; console:\n%s", bootTimeout, out.String())
+	}
+	return exit, out.String(), err
+}
+
+// smolCLI runs bin/smol with args and returns its exit code and output.
+func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	bin := artifact(t, "bin/smol", "build")
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("smol %v hung; stderr: %s", args, e.String())
+	}
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, o.String(), e.String()
+}

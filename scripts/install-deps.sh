@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# install-deps.sh — install what building and testing smol needs on a
+# Debian 12 machine: the kernel build tools and source, QEMU (the test box and
+# the benchmark peer) and a static busybox (tiny guest userlands).
+set -euo pipefail
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "deps: all installed"
+	exit 0
+fi
+sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+echo "deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,136 @@
+// Package smol runs Linux microVMs: each workload gets its own kernel in its
+// own KVM virtual machine, booted directly with no firmware.
+//
+// This package is the embedding API; the smol command is a thin layer over
+// it:
+//
+//	m, err := smol.Start(smol.Config{Kernel: "build/vmlinux", Console: os.Stdout})
+//	if err != nil { ... }
+//	exit, err := m.Wait()
+//
+// Start validates everything it can before the guest runs (kernel format,
+// sizes, the host's KVM) and returns errors meant to be shown to a user as
+// one line.
+package smol
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/smolvm/smol/vmm"
+)
+
+// Defaults for a Config's zero values.
+const (
+	DefaultCPUs   = 4
+	DefaultMemory = 8 << 30 // taken from the host only as the guest touches it
+)
+
+// DefaultCmdline is put before Config.Cmdline: the serial console, and
+// reboot and panic behaviour that end the VM instead of hanging it. Later
+// parameters win, so a Config can override any of these.
+const DefaultCmdline = "console=ttyS0 reboot=k panic=-1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd quiet"
+
+// Config describes a VM.
+type Config struct {
+	Kernel  string // vmlinux or bzImage; "" means DefaultKernel()
+	Initrd  string // optional initramfs
+	Cmdline string // appended to DefaultCmdline
+	CPUs    int    // 0 means DefaultCPUs
+	Memory  uint64 // bytes; 0 means DefaultMemory
+
+	Console      io.Writer // guest serial output; nil discards it
+	ConsoleInput io.Reader // typed into the guest's serial port; may be nil
+}
+
+// Exit describes how a VM ended.
+type Exit struct {
+	// Reason is "poweroff", "reboot" or "stopped" (Stop was called). A crash
+	// is reported as an error from Wait instead.
+	Reason string
+}
+
+// Machine is a running VM.
+type Machine struct {
+	vm *vmm.Machine
+}
+
+// Start boots a VM and returns once its vCPUs run.
+func Start(cfg Config) (*Machine, error) {
+	if cfg.Kernel == "" {
+		k, err := DefaultKernel()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Kernel = k
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = DefaultCPUs
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = DefaultMemory
+	}
+	cmdline := DefaultCmdline
+	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
+		cmdline += " " + c
+	}
+	vm, err := vmm.New(vmm.Config{
+		Kernel:       cfg.Kernel,
+		Initrd:       cfg.Initrd,
+		Cmdline:      cmdline,
+		CPUs:         cfg.CPUs,
+		Memory:       cfg.Memory,
+		Console:      cfg.Console,
+		ConsoleInput: cfg.ConsoleInput,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := vm.Start(); err != nil {
+		vm.Close()
+		return nil, err
+	}
+	return &Machine{vm: vm}, nil
+}
+
+// Run boots a VM and waits for it to end.
+func Run(cfg Config) (Exit, error) {
+	m, err := Start(cfg)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer m.Close()
+	return m.Wait()
+}
+
+// Wait blocks until the VM ends. A guest crash (triple fault, KVM failure)
+// is an error describing the vCPU's registers.
+func (m *Machine) Wait() (Exit, error) {
+	reason, err := m.vm.Wait()
+	if err != nil {
+		return Exit{Reason: reason.String()}, fmt.Errorf("guest crashed: %w", err)
+	}
+	return Exit{Reason: reason.String()}, nil
+}
+
+// Stop ends the VM at once, like pulling its power cord. Wait then returns.
+func (m *Machine) Stop() { m.vm.Stop() }
+
+// Done is closed when the VM has ended.
+func (m *Machine) Done() <-chan struct{} { return m.vm.Done() }
+
+// Close stops the VM if it runs and releases its resources.
+func (m *Machine) Close() error { return m.vm.Close() }
+
+// BootTimes are milestones of a boot, measured in the VMM.
+type BootTimes struct {
+	FirstRun  time.Time // vCPU 0 first entered the guest
+	Userspace time.Time // the guest's init wrote the boot timer port; zero if it never did
+}
+
+// BootTimes returns the boot milestones reached so far.
+func (m *Machine) BootTimes() BootTimes {
+	return BootTimes{FirstRun: m.vm.FirstRun(), Userspace: m.vm.UserspaceReached()}
+}

@@ -1,0 +1,96 @@
+package vmm
+
+import (
+	"time"
+
+	"github.com/smolvm/smol/devices/boottimer"
+	"github.com/smolvm/smol/devices/i8042"
+	"github.com/smolvm/smol/devices/power"
+	"github.com/smolvm/smol/devices/serial"
+	"github.com/smolvm/smol/vmm/acpi"
+)
+
+// legacyDevices are the PC devices every smol VM has: the serial console,
+// the keyboard controller's reset line, the ACPI power registers and the
+// boot timer.
+type legacyDevices struct {
+	uart      *serial.UART
+	uartIRQ   *irqLine
+	input     *serial.InputPump
+	bootTimer *bootTimer
+}
+
+// bootTimer adapts boottimer.Timer to the zero-time convention of the API.
+type bootTimer struct{ *boottimer.Timer }
+
+func (b bootTimer) Reached() time.Time {
+	at, ok := b.Timer.Reached()
+	if !ok {
+		return time.Time{}
+	}
+	return at
+}
+
+func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
+	irq, err := newIRQLine(m.vm, serial.COM1IRQ)
+	if err != nil {
+		return nil, err
+	}
+	d := &legacyDevices{uartIRQ: irq}
+	d.uart = serial.New(irq, m.cfg.Console)
+	d.bootTimer = &bootTimer{boottimer.New(nil)}
+	poweroff := func() { m.stop(StopPoweroff, nil) }
+	reset := func() { m.stop(StopReboot, nil) }
+	for _, r := range []struct {
+		base, size uint64
+		dev        interface {
+			Read(uint64, []byte)
+			Write(uint64, []byte)
+		}
+	}{
+		{serial.COM1Port, serial.RegisterCount, d.uart},
+		{i8042.DataPort, i8042.PortCount, i8042.New(reset)},
+		{power.SleepControlPort, power.PortCount, power.New(poweroff, reset)},
+		{boottimer.Port, 1, d.bootTimer.Timer},
+	} {
+		if err := m.pio.Register(r.base, r.size, r.dev); err != nil {
+			d.close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// acpiConfig tells the ACPI tables where the power registers are.
+func acpiConfig(cpus int) acpi.Config {
+	return acpi.Config{
+		CPUs:             cpus,
+		SleepControlPort: power.SleepControlPort,
+		SleepStatusPort:  power.SleepStatusPort,
+		ResetPort:        power.ResetPort,
+		ResetValue:       power.ResetValue,
+	}
+}
+
+func (d *legacyDevices) attachInput(r interface{ Read([]byte) (int, error) }) {
+	d.input = d.uart.AttachInput(r)
+}
+
+// flush waits until the guest's last console output has been written.
+func (d *legacyDevices) flush() {
+	if d != nil && d.uart != nil {
+		d.uart.Close()
+	}
+}
+
+func (d *legacyDevices) close() {
+	if d.input != nil {
+		d.input.Close()
+	}
+	if d.uart != nil {
+		d.uart.Close()
+	}
+	if d.uartIRQ != nil {
+		d.uartIRQ.close()
+	}
+}

@@ -1,0 +1,331 @@
+package vmm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smolvm/smol/kvm"
+	"github.com/smolvm/smol/vmm/boot"
+	"github.com/smolvm/smol/vmm/memory"
+)
+
+// Config describes a machine to boot.
+type Config struct {
+	Kernel  string // vmlinux (ELF, PVH or 64-bit entry) or bzImage
+	Initrd  string // optional initramfs
+	Cmdline string // kernel command line, complete
+	CPUs    int
+	Memory  uint64 // bytes of guest RAM, a multiple of 4 KiB
+
+	// Console receives the guest's serial output; nil discards it.
+	Console io.Writer
+	// ConsoleInput, if set, is typed into the guest's serial port.
+	ConsoleInput io.Reader
+}
+
+// StopReason says why a machine stopped.
+type StopReason int
+
+const (
+	StopPoweroff  StopReason = iota // the guest powered off
+	StopReboot                      // the guest asked for a reset; smol does not restart it
+	StopRequested                   // the host called Stop
+	StopCrash                       // the guest crashed or KVM failed; Wait returns the error
+)
+
+func (r StopReason) String() string {
+	switch r {
+	case StopPoweroff:
+		return "poweroff"
+	case StopReboot:
+		return "reboot"
+	case StopRequested:
+		return "stopped"
+	case StopCrash:
+		return "crash"
+	}
+	return fmt.Sprintf("StopReason(%d)", int(r))
+}
+
+// Fixed machine facts.
+const (
+	// tssAddr and identityMapAddr are three pages KVM needs on Intel hosts
+	// for real-mode emulation; they sit just below the BIOS ROM, in the MMIO
+	// hole, away from RAM and from devices.
+	tssAddr         = 0xfffb_d000
+	identityMapAddr = 0xfffb_c000
+	// pitSpeakerDummy makes KVM's PIT ignore the PC speaker port.
+	pitSpeakerDummy = 1
+	// MinMemory is the smallest RAM smol accepts: below it no Linux boots.
+	MinMemory = 32 << 20
+)
+
+// Machine is one virtual machine.
+type Machine struct {
+	cfg    Config
+	sys    *kvm.System
+	vm     *kvm.VM
+	mem    *memory.Guest
+	pio    *Bus
+	mmio   *Bus
+	vcpus  []*vcpu
+	legacy *legacyDevices
+	entry  *boot.Entry
+
+	processStart time.Time
+	firstRun     atomic.Int64 // unix nanos of vCPU 0's first KVM_RUN
+
+	stopping atomic.Bool
+	mu       sync.Mutex
+	reason   StopReason
+	err      error
+	done     chan struct{}
+	started  bool
+	closed   bool
+}
+
+// New creates a machine ready to Start: VM, memory, interrupt controllers,
+// devices and vCPUs exist and the kernel is loaded.
+func New(cfg Config) (m *Machine, err error) {
+	if cfg.CPUs < 1 {
+		return nil, fmt.Errorf("--cpus %d: need at least 1 vCPU", cfg.CPUs)
+	}
+	if cfg.Memory < MinMemory {
+		return nil, fmt.Errorf("--mem %d MiB is too small: a Linux guest needs at least %d MiB", cfg.Memory>>20, MinMemory>>20)
+	}
+	if cfg.Memory%memory.PageSize != 0 {
+		return nil, fmt.Errorf("--mem %d is not a multiple of 4 KiB", cfg.Memory)
+	}
+	m = &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	// Everything that depends only on the user's input is checked before
+	// KVM is touched, so that mistakes get their own message on any host.
+	if m.mem, err = memory.New(cfg.Memory); err != nil {
+		return nil, err
+	}
+	m.entry, err = boot.Load(m.mem, boot.Config{
+		Kernel:  cfg.Kernel,
+		Initrd:  cfg.Initrd,
+		Cmdline: cfg.Cmdline,
+		ACPI:    acpiConfig(cfg.CPUs),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckHost(); err != nil {
+		return nil, err
+	}
+	if m.sys, err = kvm.Open(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoKVM, err)
+	}
+	maxCPUs, err := m.sys.CheckExtension(kvm.CapMaxVCPUs)
+	if err != nil || maxCPUs <= 0 {
+		maxCPUs, _ = m.sys.CheckExtension(kvm.CapNrVCPUs)
+	}
+	if maxCPUs > 0 && cfg.CPUs > maxCPUs {
+		return nil, fmt.Errorf("--cpus %d is above this host's KVM limit of %d vCPUs", cfg.CPUs, maxCPUs)
+	}
+	if err := m.createVM(); err != nil {
+		return nil, err
+	}
+	for slot, r := range m.mem.Regions() {
+		region := kvm.UserMemoryRegion{
+			Slot:          uint32(slot),
+			GuestPhysAddr: r.GuestAddr,
+			MemorySize:    r.Size,
+			UserspaceAddr: hostAddr(m.mem.Bytes()[r.HostOffset:]),
+		}
+		if err := m.vm.SetUserMemoryRegion(region); err != nil {
+			return nil, fmt.Errorf("map guest RAM [%#x, +%#x): %w", r.GuestAddr, r.Size, err)
+		}
+	}
+	if m.legacy, err = m.addLegacyDevices(); err != nil {
+		return nil, err
+	}
+	if err := m.createVCPUs(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// createVM makes the VM and its in-kernel interrupt controllers and timer.
+func (m *Machine) createVM() error {
+	var err error
+	if m.vm, err = m.sys.CreateVM(); err != nil {
+		return err
+	}
+	if err := m.vm.SetTSSAddr(tssAddr); err != nil {
+		return err
+	}
+	if err := m.vm.SetIdentityMapAddr(identityMapAddr); err != nil {
+		return err
+	}
+	// The PIC, IOAPIC and local APICs live in the host kernel: interrupts
+	// reach the guest without a trip through this process.
+	if err := m.vm.CreateIRQChip(); err != nil {
+		return err
+	}
+	return m.vm.CreatePIT2(kvm.PITConfig{Flags: pitSpeakerDummy})
+}
+
+// createVCPUs creates every vCPU with its CPUID and local APIC wiring, and
+// puts vCPU 0 at the kernel's entry point. The others wait in the
+// wait-for-SIPI state until the guest kernel starts them.
+func (m *Machine) createVCPUs() error {
+	supported, err := m.sys.SupportedCPUID()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < m.cfg.CPUs; i++ {
+		fd, err := m.vm.CreateVCPU(i)
+		if err != nil {
+			return fmt.Errorf("create vCPU %d: %w", i, err)
+		}
+		v := &vcpu{index: i, fd: fd, machine: m}
+		m.vcpus = append(m.vcpus, v)
+		if err := fd.SetCPUID(guestCPUID(supported, i, m.cfg.CPUs)); err != nil {
+			return fmt.Errorf("vCPU %d: %w", i, err)
+		}
+		if err := wireLocalAPIC(fd); err != nil {
+			return fmt.Errorf("vCPU %d: %w", i, err)
+		}
+		if i == 0 {
+			if err := m.setEntryState(fd); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Machine) setEntryState(fd *kvm.VCPU) error {
+	sregs, err := fd.Sregs()
+	if err != nil {
+		return err
+	}
+	m.entry.SetupSregs(&sregs)
+	if err := fd.SetSregs(sregs); err != nil {
+		return err
+	}
+	if err := fd.SetRegs(m.entry.Regs); err != nil {
+		return err
+	}
+	return fd.SetFPU(initialFPU())
+}
+
+// Start runs the vCPUs. It returns at once; Wait reports the end.
+func (m *Machine) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return errors.New("machine already started")
+	}
+	m.started = true
+	if m.cfg.ConsoleInput != nil {
+		m.legacy.attachInput(m.cfg.ConsoleInput)
+	}
+	var wg sync.WaitGroup
+	for _, v := range m.vcpus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reason, err := v.run()
+			m.stop(reason, err)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(m.done)
+	}()
+	return nil
+}
+
+// stop records the first reason the machine stopped and stops every vCPU.
+func (m *Machine) stop(reason StopReason, err error) {
+	m.mu.Lock()
+	first := !m.stopping.Load()
+	if first {
+		m.reason, m.err = reason, err
+		m.stopping.Store(true)
+	}
+	m.mu.Unlock()
+	if first {
+		for _, v := range m.vcpus {
+			v.kick()
+		}
+	}
+}
+
+// Stop asks the machine to stop now, as if its power were cut.
+func (m *Machine) Stop() { m.stop(StopRequested, nil) }
+
+// Wait blocks until every vCPU has stopped and returns why. A crash is
+// StopCrash with a *CrashError.
+func (m *Machine) Wait() (StopReason, error) {
+	<-m.done
+	m.legacy.flush()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reason, m.err
+}
+
+// Done is closed when the machine has stopped.
+func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// FirstRun returns when vCPU 0 first entered the guest (zero if not yet).
+func (m *Machine) FirstRun() time.Time {
+	if ns := m.firstRun.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// UserspaceReached returns when the guest's init wrote the boot timer port
+// (zero if it has not).
+func (m *Machine) UserspaceReached() time.Time { return m.legacy.bootTimer.Reached() }
+
+// BootProtocol says how the kernel was entered ("pvh" or "linux64").
+func (m *Machine) BootProtocol() string { return string(m.entry.Protocol) }
+
+// Memory returns the guest's RAM.
+func (m *Machine) Memory() *memory.Guest { return m.mem }
+
+// Close releases everything. The machine must have stopped (or never started).
+func (m *Machine) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	running := m.started
+	m.mu.Unlock()
+	if running {
+		m.Stop()
+		<-m.done
+	}
+	if m.legacy != nil {
+		m.legacy.close()
+	}
+	for _, v := range m.vcpus {
+		v.fd.Close()
+	}
+	if m.vm != nil {
+		m.vm.Close()
+	}
+	if m.mem != nil {
+		m.mem.Close()
+	}
+	if m.sys != nil {
+		m.sys.Close()
+	}
+	return nil
+}
