@@ -1,40 +1,13 @@
 package integration
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// elfImage returns a minimal ELF64 executable for machine with one PT_LOAD
-// segment holding code at physical address 16 MiB and its entry point there.
-func elfImage(machine uint16, code []byte) []byte {
-	const ehsize, phsize = 64, 56
-	b := make([]byte, ehsize+phsize+len(code))
-	copy(b, "\x7fELF")
-	b[4], b[5], b[6] = 2, 1, 1 // 64-bit, little-endian, version 1
-	le := binary.LittleEndian
-	le.PutUint16(b[16:], 2) // ET_EXEC
-	le.PutUint16(b[18:], machine)
-	le.PutUint32(b[20:], 1)
-	le.PutUint64(b[24:], 0x100_0000) // entry
-	le.PutUint64(b[32:], ehsize)     // phoff
-	le.PutUint16(b[52:], ehsize)
-	le.PutUint16(b[54:], phsize)
-	le.PutUint16(b[56:], 1) // phnum
-	ph := b[ehsize:]
-	le.PutUint32(ph[0:], 1) // PT_LOAD
-	le.PutUint32(ph[4:], 5) // R+X
-	le.PutUint64(ph[8:], ehsize+phsize)
-	le.PutUint64(ph[16:], 0xffff_ffff_8100_0000) // vaddr
-	le.PutUint64(ph[24:], 0x100_0000)            // paddr
-	le.PutUint64(ph[32:], uint64(len(code)))
-	le.PutUint64(ph[40:], uint64(len(code)))
-	copy(b[ehsize+phsize:], code)
-	return b
-}
+	"github.com/smolvm/smol/internal/testkernel"
+)
 
 func writeFile(t *testing.T, name string, data []byte) string {
 	t.Helper()
@@ -68,7 +41,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 	f.Close()
 	text := writeFile(t, "notes.txt", []byte("this is not a kernel\n"))
 	truncated := writeFile(t, "truncated", head)
-	arm := writeFile(t, "arm64", elfImage(183, []byte{0, 0, 0, 0}))
+	arm := writeFile(t, "arm64", testkernel.ELF(testkernel.MachineAArch64, []byte{0, 0, 0, 0}))
 	bigInitrd := filepath.Join(t.TempDir(), "big.cpio")
 	if err := os.WriteFile(bigInitrd, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -84,7 +57,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		args []string
 	}{
 		{"missing kernel", 1, "no such file", []string{"run", "--kernel", "/nonexistent/vmlinux"}},
-		{"directory as kernel", 1, "directory", []string{"run", "--kernel", t.TempDir()}},
+		{"directory as kernel", 1, "not a regular file", []string{"run", "--kernel", t.TempDir()}},
 		{"text file", 1, "not a Linux kernel", []string{"run", "--kernel", text}},
 		{"truncated ELF", 1, "truncated", []string{"run", "--kernel", truncated}},
 		{"ELF for another architecture", 1, "aarch64", []string{"run", "--kernel", arm}},
@@ -103,7 +76,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 
 func TestGuestRunningGarbageIsReportedWithRegisters(t *testing.T) {
 	// ud2 at the entry point: #UD with no IDT is a triple fault.
-	garbage := writeFile(t, "garbage-vmlinux", elfImage(62, []byte{0x0f, 0x0b, 0xf4}))
+	garbage := writeFile(t, "garbage-vmlinux", testkernel.ELF(testkernel.MachineX86_64, testkernel.Garbage))
 	code, _, stderr := smolCLI(t, "run", "--kernel", garbage, "--cpus", "1", "--mem", "64M")
 	if code == 0 || !strings.Contains(stderr, "triple") || !strings.Contains(stderr, "rip=") {
 		t.Fatalf("exit %d, stderr %q; want a non-zero exit reporting a triple fault with registers", code, stderr)

@@ -9,8 +9,8 @@ import (
 func TestGuestCPUIDDescribesTopology(t *testing.T) {
 	supported := &kvm.CPUID{Entries: []kvm.CPUIDEntry{
 		{Function: 0x1, EBX: 0xff00_0800, EDX: 0},
-		{Function: 0xb, Index: 0},
-		{Function: 0xb, Index: 1},
+		{Function: 0xb, Index: 0, Flags: kvm.CPUIDFlagSignificantIndex},
+		{Function: 0xb, Index: 1, Flags: kvm.CPUIDFlagSignificantIndex},
 		{Function: 0x6, EAX: 0x77},
 		{Function: 0x8000_0008, ECX: 0x7007},
 	}}

@@ -90,7 +90,7 @@ type Machine struct {
 
 // New creates a machine ready to Start: VM, memory, interrupt controllers,
 // devices and vCPUs exist and the kernel is loaded.
-func New(cfg Config) (m *Machine, err error) {
+func New(cfg Config) (_ *Machine, err error) {
 	if cfg.CPUs < 1 {
 		return nil, fmt.Errorf("--cpus %d: need at least 1 vCPU", cfg.CPUs)
 	}
@@ -100,7 +100,7 @@ func New(cfg Config) (m *Machine, err error) {
 	if cfg.Memory%memory.PageSize != 0 {
 		return nil, fmt.Errorf("--mem %d is not a multiple of 4 KiB", cfg.Memory)
 	}
-	m = &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
+	m := &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			m.Close()
