@@ -69,6 +69,9 @@ func acpiConfig(cpus int) acpi.Config {
 		SleepStatusPort:  power.SleepStatusPort,
 		ResetPort:        power.ResetPort,
 		ResetValue:       power.ResetValue,
+		// Hardware-reduced ACPI has no legacy PIC, so Linux maps no ISA IRQ
+		// by number: the UART's interrupt must be described in the DSDT.
+		Serial: []acpi.SerialPort{{Port: serial.COM1Port, GSI: serial.COM1IRQ}},
 	}
 }
 

@@ -3,6 +3,7 @@ package acpi
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 )
 
@@ -234,5 +235,67 @@ func TestTablesFitInBIOSArea(t *testing.T) {
 	}
 	if len(blob) > 8192 {
 		t.Errorf("tables for %d CPUs take %d bytes", MaxCPUs, len(blob))
+	}
+}
+
+func TestDSDTDescribesDevices(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.Serial = []SerialPort{{Port: 0x3F8, GSI: 4}}
+	for i := range 20 { // enough devices to need multi-byte PkgLengths
+		cfg.VirtioMMIO = append(cfg.VirtioMMIO, VirtioMMIODevice{Addr: 0xD000_0000 + uint64(i)*0x1000, Size: 0x1000, GSI: uint32(5 + i%18)})
+	}
+	cfg.VirtioMMIO = cfg.VirtioMMIO[:18] // GSIs 5..22, all distinct
+	blob, rsdp, err := Build(cfg, testBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := decodeAML(parse(t, blob, rsdp).dsdt[headerSize:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s5, ok := names[`\_S5_`].([]any); !ok || len(s5) != 2 || s5[0] != uint64(5) {
+		t.Errorf(`\_S5_ = %v`, names[`\_S5_`])
+	}
+	if names[`\_SB_.COM0._HID`] != "PNP0501" || names[`\_SB_.COM0._UID`] != uint64(0) {
+		t.Errorf("serial port: _HID %v _UID %v", names[`\_SB_.COM0._HID`], names[`\_SB_.COM0._UID`])
+	}
+	crs := decodeResources(t, names[`\_SB_.COM0._CRS`].([]byte))
+	if len(crs) != 2 || crs[0] != (resource{kind: "io", base: 0x3F8, size: 8}) || crs[1] != (resource{kind: "irq", base: 4, flags: 3}) {
+		t.Errorf("serial _CRS %+v", crs)
+	}
+	for i, d := range cfg.VirtioMMIO {
+		dev := fmt.Sprintf(`\_SB_.V%03X`, i)
+		if names[dev+"._HID"] != "LNRO0005" || names[dev+"._UID"] != uint64(i) {
+			t.Errorf("%s: _HID %v _UID %v", dev, names[dev+"._HID"], names[dev+"._UID"])
+		}
+		buf, _ := names[dev+"._CRS"].([]byte)
+		crs := decodeResources(t, buf)
+		want := []resource{{kind: "mem32", base: d.Addr, size: d.Size, flags: 1}, {kind: "irq", base: uint64(d.GSI), flags: 3}}
+		if len(crs) != 2 || crs[0] != want[0] || crs[1] != want[1] {
+			t.Errorf("%s _CRS %+v, want %+v", dev, crs, want)
+		}
+	}
+}
+
+func TestDeviceValidation(t *testing.T) {
+	bad := map[string]func(*Config){
+		"GSI 0":  func(c *Config) { c.Serial = []SerialPort{{Port: 0x3F8, GSI: 0}} },
+		"GSI 24": func(c *Config) { c.VirtioMMIO = []VirtioMMIODevice{{Addr: 0xD0000000, Size: 0x200, GSI: 24}} },
+		"shared GSI": func(c *Config) {
+			c.Serial = []SerialPort{{Port: 0x3F8, GSI: 5}}
+			c.VirtioMMIO = []VirtioMMIODevice{{Addr: 0xD0000000, Size: 0x200, GSI: 5}}
+		},
+		"window above 4G": func(c *Config) { c.VirtioMMIO = []VirtioMMIODevice{{Addr: 0xFFFFF000, Size: 0x2000, GSI: 5}} },
+		"empty window":    func(c *Config) { c.VirtioMMIO = []VirtioMMIODevice{{Addr: 0xD0000000, GSI: 5}} },
+		"4 GiB window":    func(c *Config) { c.VirtioMMIO = []VirtioMMIODevice{{Addr: 0, Size: 1 << 32, GSI: 5}} },
+		"serial at 0":     func(c *Config) { c.Serial = []SerialPort{{Port: 0, GSI: 4}} },
+		"serial wraps":    func(c *Config) { c.Serial = []SerialPort{{Port: 0xFFFC, GSI: 4}} },
+	}
+	for name, mutate := range bad {
+		c := testConfig(1)
+		mutate(&c)
+		if _, _, err := Build(c, testBase); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

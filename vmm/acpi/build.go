@@ -20,7 +20,7 @@ func Build(cfg Config, base uint64) (tables []byte, rsdpAddr uint64, err error) 
 		return nil, 0, fmt.Errorf("acpi: table address %#x is not %d-byte aligned", base, tableAlign)
 	}
 
-	dsdt := buildDSDT()
+	dsdt := buildDSDT(cfg)
 	madt := buildMADT(cfg.CPUs)
 
 	// Lay the tables out first: the XSDT and FADT hold the addresses of the

@@ -1,6 +1,8 @@
 package acpi
 
-// s5AML is the DSDT's whole body: the AML encoding of
+import "fmt"
+
+// s5AML starts the DSDT's body: the AML encoding of
 //
 //	Name (_S5, Package () { 5, 0 })
 //
@@ -23,9 +25,56 @@ var s5AML = []byte{
 // DSDT revision 2: AML integers are 64 bits wide.
 const dsdtRevision = 2
 
-func buildDSDT() []byte {
-	t := newTable("DSDT", headerSize+len(s5AML), dsdtRevision)
-	copy(t[headerSize:], s5AML)
+func buildDSDT(cfg Config) []byte {
+	aml := append([]byte(nil), s5AML...)
+	aml = append(aml, devicesAML(cfg)...)
+	t := newTable("DSDT", headerSize+len(aml), dsdtRevision)
+	copy(t[headerSize:], aml)
 	sealTable(t)
 	return t
+}
+
+// devicesAML describes the VMM's devices under the system bus:
+//
+//	Scope (\_SB) {
+//	    Device (COM0) {
+//	        Name (_HID, "PNP0501")
+//	        Name (_UID, 0)
+//	        Name (_CRS, ResourceTemplate () {
+//	            IO (Decode16, 0x3F8, 0x3F8, 1, 8)
+//	            Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { 4 }
+//	        })
+//	    }
+//	    Device (V000) {
+//	        Name (_HID, "LNRO0005")
+//	        Name (_UID, 0)
+//	        Name (_CRS, ResourceTemplate () {
+//	            Memory32Fixed (ReadWrite, 0xD0000000, 0x1000)
+//	            Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { 5 }
+//	        })
+//	    }
+//	    ...
+//	}
+//
+// Interrupts are declared edge-triggered, active high: that is how the VMM
+// raises them (irqfd or KVM_IRQ_LINE pulses), and what Linux assumes for
+// GSIs below 16 with no override anyway.
+func devicesAML(cfg Config) []byte {
+	if len(cfg.Serial) == 0 && len(cfg.VirtioMMIO) == 0 {
+		return nil
+	}
+	var devices [][]byte
+	for i, s := range cfg.Serial {
+		devices = append(devices, amlDevice(fmt.Sprintf("COM%d", i),
+			amlName("_HID", amlString("PNP0501")),
+			amlName("_UID", amlInteger(uint64(i))),
+			amlName("_CRS", resourceTemplate(resIO(s.Port, 8), resInterrupt(s.GSI)))))
+	}
+	for i, d := range cfg.VirtioMMIO {
+		devices = append(devices, amlDevice(fmt.Sprintf("V%03X", i),
+			amlName("_HID", amlString("LNRO0005")),
+			amlName("_UID", amlInteger(uint64(i))),
+			amlName("_CRS", resourceTemplate(resMemory32Fixed(uint32(d.Addr), uint32(d.Size)), resInterrupt(d.GSI)))))
+	}
+	return amlScope("_SB_", devices...)
 }

@@ -47,7 +47,40 @@ type Config struct {
 	// does not register the rtc_cmos device (it takes the wall-clock time
 	// from kvmclock instead).
 	CMOSRTC bool
+
+	// Serial and VirtioMMIO are devices to describe in the DSDT, so the
+	// guest finds them with their interrupts. This is not optional on a
+	// hardware-reduced platform: Linux then has no legacy PIC, numbers
+	// its interrupts dynamically, and an interrupt it was told about only
+	// by number (the 8250 driver's built-in IRQ 4, a virtio_mmio.device=
+	// command-line option) does not reach the I/O APIC pin of that number.
+	// Devices listed here reach Linux through acpi_register_gsi instead.
+	Serial     []SerialPort
+	VirtioMMIO []VirtioMMIODevice
 }
+
+// SerialPort is a 16550-compatible UART (ACPI _HID PNP0501) occupying
+// eight I/O ports.
+type SerialPort struct {
+	Port uint16 // first I/O port, e.g. 0x3F8
+	GSI  uint32 // I/O APIC pin it interrupts on, e.g. 4
+}
+
+// VirtioMMIODevice is a virtio-mmio transport window (ACPI _HID LNRO0005,
+// which Linux's virtio_mmio driver matches).
+type VirtioMMIODevice struct {
+	Addr uint64 // guest physical address of the register window, below 4 GiB
+	Size uint64 // window size in bytes
+	GSI  uint32 // I/O APIC pin it interrupts on
+}
+
+// Device description limits: the I/O APIC's pin count bounds the GSIs; the
+// counts keep the DSDT small and its device names short.
+const (
+	ioapicPins    = 24 // KVM's in-kernel I/O APIC
+	maxSerial     = 4
+	maxVirtioMMIO = 64
+)
 
 func (c Config) validate() error {
 	if c.CPUs < 1 || c.CPUs > MaxCPUs {
@@ -61,6 +94,40 @@ func (c Config) validate() error {
 	}
 	if c.SleepControlPort == c.SleepStatusPort {
 		return fmt.Errorf("acpi: sleep control and sleep status share port %#x", c.SleepControlPort)
+	}
+	if len(c.Serial) > maxSerial || len(c.VirtioMMIO) > maxVirtioMMIO {
+		return fmt.Errorf("acpi: %d serial ports and %d virtio-mmio devices, at most %d and %d",
+			len(c.Serial), len(c.VirtioMMIO), maxSerial, maxVirtioMMIO)
+	}
+	// Each device gets its own pin: the descriptions say "Exclusive".
+	used := map[uint32]string{}
+	claim := func(gsi uint32, who string) error {
+		if gsi == 0 || gsi >= ioapicPins {
+			return fmt.Errorf("acpi: %s: GSI %d, want 1 to %d (0 is the timer's)", who, gsi, ioapicPins-1)
+		}
+		if other, ok := used[gsi]; ok {
+			return fmt.Errorf("acpi: %s and %s share GSI %d", who, other, gsi)
+		}
+		used[gsi] = who
+		return nil
+	}
+	for i, s := range c.Serial {
+		who := fmt.Sprintf("serial port %#x", s.Port)
+		if s.Port == 0 || uint32(s.Port)+8 > 0x10000 {
+			return fmt.Errorf("acpi: serial port %d at I/O port %#x", i, s.Port)
+		}
+		if err := claim(s.GSI, who); err != nil {
+			return err
+		}
+	}
+	for i, d := range c.VirtioMMIO {
+		who := fmt.Sprintf("virtio-mmio device %d at %#x", i, d.Addr)
+		if d.Size == 0 || d.Size >= 1<<32 || d.Addr > 1<<32-d.Size {
+			return fmt.Errorf("acpi: %s: window of %#x bytes does not fit below 4 GiB", who, d.Size)
+		}
+		if err := claim(d.GSI, who); err != nil {
+			return err
+		}
 	}
 	return nil
 }
