@@ -32,7 +32,7 @@ kernel:
 	@guest/kernel/build.sh build/vmlinux guest/kernel/guest.config
 
 box-kernel:
-	@guest/kernel/build.sh build/box-vmlinux guest/kernel/guest.config box/kernel.config
+	@guest/kernel/build.sh build/box-vmlinux box/kernel.config
 
 stock-kernel:
 	@scripts/stock-kernel.sh build/stock-vmlinuz

@@ -112,7 +112,7 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 // kernel's kvm_amd gives real KVM to the command.
 func qemuArgs(kernel, initrd, job string, opts Options) []string {
 	return []string{
-		"-M", "microvm,rtc=on,acpi=on",
+		"-M", "microvm,rtc=on,acpi=off",
 		"-accel", "tcg,thread=multi",
 		"-cpu", "EPYC,+svm",
 		"-smp", strconv.Itoa(opts.CPUs),
@@ -121,10 +121,19 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 		"-serial", "stdio",
 		"-kernel", kernel,
 		"-initrd", initrd,
-		"-append", "console=ttyS0 quiet loglevel=1 panic=-1 reboot=t smolbox.job=" + job,
+		"-append", "console=ttyS0 " + verbosity() + " panic=-1 reboot=t smolbox.job=" + job,
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
 	}
+}
+
+// verbosity keeps the box kernel quiet unless SMOLBOX_DEBUG is set, in
+// which case its boot messages show why a box did not come up.
+func verbosity() string {
+	if os.Getenv("SMOLBOX_DEBUG") != "" {
+		return "loglevel=7"
+	}
+	return "quiet loglevel=0"
 }
 
 // jobScript sets the command's environment and directory, then runs it.

@@ -45,6 +45,11 @@ func (v *vcpu) run() (reason StopReason, err error) {
 			}
 			continue
 		}
+		if errors.Is(err, unix.EAGAIN) {
+			// An application processor waiting for its startup IPI was
+			// woken but is not runnable yet: KVM asks to be called again.
+			continue
+		}
 		if err != nil {
 			return StopCrash, v.crash(fmt.Sprintf("KVM_RUN failed: %v", err))
 		}
