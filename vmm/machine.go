@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/kvm"
+	"github.com/smolvm/smol/vmm/acpi"
 	"github.com/smolvm/smol/vmm/boot"
 	"github.com/smolvm/smol/vmm/memory"
 )
@@ -93,6 +94,10 @@ type Machine struct {
 func New(cfg Config) (_ *Machine, err error) {
 	if cfg.CPUs < 1 {
 		return nil, fmt.Errorf("--cpus %d: need at least 1 vCPU", cfg.CPUs)
+	}
+	if cfg.CPUs > acpi.MaxCPUs {
+		// The MADT describes xAPIC IDs, one byte with 255 meaning broadcast.
+		return nil, fmt.Errorf("--cpus %d is above smol's limit of %d vCPUs", cfg.CPUs, acpi.MaxCPUs)
 	}
 	if cfg.Memory < MinMemory {
 		return nil, fmt.Errorf("--mem %d MiB is too small: a Linux guest needs at least %d MiB", cfg.Memory>>20, MinMemory>>20)
