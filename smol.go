@@ -134,3 +134,11 @@ type BootTimes struct {
 func (m *Machine) BootTimes() BootTimes {
 	return BootTimes{FirstRun: m.vm.FirstRun(), Userspace: m.vm.UserspaceReached()}
 }
+
+// ExitStat counts vCPU exits of one kind at one address.
+type ExitStat = vmm.ExitStat
+
+// ExitStats returns the VM's exits to the VMM, most frequent first; valid
+// once the VM has ended. Every exit costs a round trip through the host, so
+// this is where to look when a guest boots or runs slowly.
+func (m *Machine) ExitStats() []ExitStat { return m.vm.ExitStats() }

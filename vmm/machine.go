@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,35 +113,54 @@ func New(cfg Config) (_ *Machine, err error) {
 			m.Close()
 		}
 	}()
-	// Everything that depends only on the user's input is checked before
-	// KVM is touched, so that mistakes get their own message on any host.
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
 	}
-	m.entry, err = boot.Load(m.mem, boot.Config{
-		Kernel:  cfg.Kernel,
-		Initrd:  cfg.Initrd,
-		Cmdline: cfg.Cmdline,
-		ACPI:    acpiConfig(cfg.CPUs),
-	})
-	if err != nil {
+	// Loading the kernel and initrd (mostly page faults on fresh guest
+	// memory) overlaps with creating the VM, which is mostly ioctls: the two
+	// together are the VMM's start-up time.
+	loaded := make(chan error, 1)
+	go func() {
+		var err error
+		m.entry, err = boot.Load(m.mem, boot.Config{
+			Kernel:  cfg.Kernel,
+			Initrd:  cfg.Initrd,
+			Cmdline: cfg.Cmdline,
+			ACPI:    acpiConfig(cfg.CPUs),
+		})
+		loaded <- err
+	}()
+	hostErr := m.createKVMMachine()
+	// A mistake in the user's input is reported first, on any host.
+	if err := <-loaded; err != nil {
 		return nil, err
 	}
-	if err := CheckHost(); err != nil {
+	if hostErr != nil {
+		return nil, hostErr
+	}
+	if err := m.setEntryState(m.vcpus[0].fd); err != nil {
 		return nil, err
+	}
+	return m, nil
+}
+
+// createKVMMachine creates the KVM side: VM, RAM slots, devices, vCPUs.
+func (m *Machine) createKVMMachine() (err error) {
+	if err := CheckHost(); err != nil {
+		return err
 	}
 	if m.sys, err = kvm.Open(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoKVM, err)
+		return fmt.Errorf("%w: %v", ErrNoKVM, err)
 	}
 	maxCPUs, err := m.sys.CheckExtension(kvm.CapMaxVCPUs)
 	if err != nil || maxCPUs <= 0 {
 		maxCPUs, _ = m.sys.CheckExtension(kvm.CapNrVCPUs)
 	}
-	if maxCPUs > 0 && cfg.CPUs > maxCPUs {
-		return nil, fmt.Errorf("--cpus %d is above this host's KVM limit of %d vCPUs", cfg.CPUs, maxCPUs)
+	if maxCPUs > 0 && m.cfg.CPUs > maxCPUs {
+		return fmt.Errorf("--cpus %d is above this host's KVM limit of %d vCPUs", m.cfg.CPUs, maxCPUs)
 	}
 	if err := m.createVM(); err != nil {
-		return nil, err
+		return err
 	}
 	for slot, r := range m.mem.Regions() {
 		region := kvm.UserMemoryRegion{
@@ -149,16 +170,13 @@ func New(cfg Config) (_ *Machine, err error) {
 			UserspaceAddr: hostAddr(m.mem.Bytes()[r.HostOffset:]),
 		}
 		if err := m.vm.SetUserMemoryRegion(region); err != nil {
-			return nil, fmt.Errorf("map guest RAM [%#x, +%#x): %w", r.GuestAddr, r.Size, err)
+			return fmt.Errorf("map guest RAM [%#x, +%#x): %w", r.GuestAddr, r.Size, err)
 		}
 	}
 	if m.legacy, err = m.addLegacyDevices(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := m.createVCPUs(); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m.createVCPUs()
 }
 
 // createVM makes the VM and its in-kernel interrupt controllers and timer.
@@ -181,9 +199,9 @@ func (m *Machine) createVM() error {
 	return m.vm.CreatePIT2(kvm.PITConfig{Flags: pitSpeakerDummy})
 }
 
-// createVCPUs creates every vCPU with its CPUID and local APIC wiring, and
-// puts vCPU 0 at the kernel's entry point. The others wait in the
-// wait-for-SIPI state until the guest kernel starts them.
+// createVCPUs creates every vCPU with its CPUID and local APIC wiring.
+// vCPU 0 is put at the kernel's entry point later (setEntryState); the others
+// wait in the wait-for-SIPI state until the guest kernel starts them.
 func (m *Machine) createVCPUs() error {
 	supported, err := m.sys.SupportedCPUID()
 	if err != nil {
@@ -194,18 +212,13 @@ func (m *Machine) createVCPUs() error {
 		if err != nil {
 			return fmt.Errorf("create vCPU %d: %w", i, err)
 		}
-		v := &vcpu{index: i, fd: fd, machine: m}
+		v := &vcpu{index: i, fd: fd, machine: m, exits: map[exitKey]uint64{}}
 		m.vcpus = append(m.vcpus, v)
 		if err := fd.SetCPUID(guestCPUID(supported, i, m.cfg.CPUs)); err != nil {
 			return fmt.Errorf("vCPU %d: %w", i, err)
 		}
 		if err := wireLocalAPIC(fd); err != nil {
 			return fmt.Errorf("vCPU %d: %w", i, err)
-		}
-		if i == 0 {
-			if err := m.setEntryState(fd); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -284,6 +297,43 @@ func (m *Machine) Wait() (StopReason, error) {
 
 // Done is closed when the machine has stopped.
 func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// ExitStat counts the vCPU exits of one kind ("io", "mmio", "intr") at one
+// address (port, guest physical address, or 0).
+type ExitStat struct {
+	Kind  string
+	Addr  uint64
+	Count uint64
+}
+
+// ExitStats returns how often the vCPUs left the guest for the VMM, most
+// frequent first: the first place to look when a guest is slow. Valid after
+// the machine has stopped.
+func (m *Machine) ExitStats() []ExitStat {
+	select {
+	case <-m.done:
+	default:
+		return nil
+	}
+	total := map[exitKey]uint64{}
+	for _, v := range m.vcpus {
+		for k, n := range v.exits {
+			total[k] += n
+		}
+	}
+	stats := make([]ExitStat, 0, len(total))
+	for k, n := range total {
+		kind := strings.ToLower(strings.TrimPrefix(k.reason.String(), "Exit"))
+		stats = append(stats, ExitStat{Kind: kind, Addr: k.addr, Count: n})
+	}
+	sort.Slice(stats, func(i, j int) bool {
+		if stats[i].Count != stats[j].Count {
+			return stats[i].Count > stats[j].Count
+		}
+		return stats[i].Addr < stats[j].Addr
+	})
+	return stats
+}
 
 // FirstRun returns when vCPU 0 first entered the guest (zero if not yet).
 func (m *Machine) FirstRun() time.Time {

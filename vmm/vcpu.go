@@ -21,6 +21,16 @@ type vcpu struct {
 	fd      *kvm.VCPU
 	machine *Machine
 	tid     atomic.Int32 // OS thread running KVM_RUN; 0 before it starts
+
+	// exits counts this vCPU's exits to the VMM by kind and address. Only
+	// the vCPU's goroutine writes it; it is read after the vCPU stopped.
+	exits map[exitKey]uint64
+}
+
+// exitKey names one kind of exit: a port, an MMIO address, or another reason.
+type exitKey struct {
+	reason kvm.ExitReason
+	addr   uint64
 }
 
 // run is the vCPU loop: enter the guest, handle the exit, repeat until the
@@ -53,24 +63,28 @@ func (v *vcpu) run() (reason StopReason, err error) {
 		if err != nil {
 			return StopCrash, v.crash(fmt.Sprintf("KVM_RUN failed: %v", err))
 		}
-		switch reason := v.fd.ExitReason(); reason {
+		reason := v.fd.ExitReason()
+		switch reason {
 		case kvm.ExitIO:
 			io, err := v.fd.IO()
 			if err != nil {
 				return StopCrash, v.crash(err.Error())
 			}
+			v.exits[exitKey{reason, uint64(io.Port)}]++
 			v.handleIO(io)
 		case kvm.ExitMMIO:
 			mmio, err := v.fd.MMIO()
 			if err != nil {
 				return StopCrash, v.crash(err.Error())
 			}
+			v.exits[exitKey{reason, mmio.PhysAddr}]++
 			if mmio.IsWrite {
 				m.mmio.Write(mmio.PhysAddr, mmio.Data)
 			} else {
 				m.mmio.Read(mmio.PhysAddr, mmio.Data)
 			}
 		case kvm.ExitIntr:
+			v.exits[exitKey{reason, 0}]++
 			if m.stopping.Load() {
 				return StopRequested, nil
 			}

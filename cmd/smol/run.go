@@ -22,6 +22,7 @@ func runCommand(args []string) (int, error) {
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
 	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
+	exitStats := fs.Bool("exit-stats", false, "print the most frequent vCPU exits on stderr when the VM ends")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: smol run [flags]\n\nBoot a Linux kernel in a microVM with its serial console on this terminal.\nOn a terminal, type Ctrl-A x to stop the VM.\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -78,6 +79,9 @@ func runCommand(args []string) (int, error) {
 	if *bootTime {
 		printBootTimes(m.BootTimes())
 	}
+	if *exitStats {
+		printExitStats(m.ExitStats())
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -99,4 +103,18 @@ func printBootTimes(t smol.BootTimes) {
 		return fmt.Sprintf("%.1f ms", float64(at.Sub(processStart).Microseconds())/1000)
 	}
 	fmt.Fprintf(os.Stderr, "boot-time: first KVM_RUN %s, userspace %s\n", ms(t.FirstRun), ms(t.Userspace))
+}
+
+func printExitStats(stats []smol.ExitStat) {
+	var total uint64
+	for _, s := range stats {
+		total += s.Count
+	}
+	fmt.Fprintf(os.Stderr, "exit-stats: %d exits\n", total)
+	for i, s := range stats {
+		if i == 10 {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "exit-stats: %8d %-4s %#x\n", s.Count, s.Kind, s.Addr)
+	}
 }
