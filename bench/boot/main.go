@@ -21,7 +21,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -82,14 +81,44 @@ func main() {
 	}
 	fmt.Printf("smol exec to first KVM_RUN median: %.1f ms\n", median(startMs))
 	fmt.Printf("smol VMM resident memory outside guest RAM, median: %.1f MiB\n", median(rssMiB))
+	if err := memoryCost(*smolBin, *kernel, *initPath); err != nil {
+		fatal(err)
+	}
 	s, q := median(smolMs), median(qemuMs)
 	fmt.Printf("boot-to-init median: smol %.1f ms, qemu-microvm %.1f ms, ratio %.2f\n", s, q, s/q)
 }
 
+// memoryCost boots an 8 GiB guest twice, idle and after writing 100 MiB to
+// a RAM-backed file, and reports the host memory (all of smol's resident
+// memory, guest RAM included) at the end of each: memory is taken only as
+// the guest touches it.
+func memoryCost(smolBin, kernel, initPath string) error {
+	rss := map[string]float64{}
+	for _, c := range []struct{ name, rc string }{
+		{"idle", "echo " + marker + "\nsleep 1\npoweroff -f\n"},
+		{"touched", "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>/dev/null\necho " + marker + "\nsleep 1\npoweroff -f\n"},
+	} {
+		initrd, err := writeInitramfs(initPath, c.rc)
+		if err != nil {
+			return err
+		}
+		r, err := bootOnce(smolBin, []string{"run", "--kernel", kernel, "--initrd", initrd, "--cpus", "1", "--mem", "8G"}, true)
+		os.Remove(initrd)
+		if err != nil {
+			return fmt.Errorf("8 GiB guest (%s): %w", c.name, err)
+		}
+		rss[c.name] = r.totalRSSMiB
+	}
+	fmt.Printf("8 GiB guest, host memory: idle %.0f MiB, after touching 100 MiB %.0f MiB (+%.0f MiB)\n",
+		rss["idle"], rss["touched"], rss["touched"]-rss["idle"])
+	return nil
+}
+
 type result struct {
-	initMs     float64 // exec to the init's console line
-	firstRunMs float64 // smol only: exec to first KVM_RUN, from --boot-time
-	rssMiB     float64 // smol only: VmRSS minus shared memory (guest RAM) at init
+	initMs      float64 // exec to the init's console line
+	firstRunMs  float64 // smol only: exec to first KVM_RUN, from --boot-time
+	rssMiB      float64 // smol only: VmRSS minus shared memory (guest RAM) at init
+	totalRSSMiB float64 // smol only: VmRSS at init, guest RAM included
 }
 
 var bootTimeLine = regexp.MustCompile(`first KVM_RUN ([0-9.]+) ms`)
@@ -115,7 +144,7 @@ func bootOnce(bin string, args []string, isSmol bool) (result, error) {
 			if !ok && strings.Contains(sc.Text(), marker) {
 				r.initMs = float64(time.Since(start).Microseconds()) / 1000
 				if isSmol {
-					r.rssMiB = privateRSS(cmd.Process.Pid)
+					r.rssMiB, r.totalRSSMiB = residentMiB(cmd.Process.Pid)
 				}
 				ok = true
 				found <- true
@@ -139,12 +168,13 @@ func bootOnce(bin string, args []string, isSmol bool) (result, error) {
 	return r, nil
 }
 
-// privateRSS is the process's resident memory minus its resident shared
-// memory: guest RAM is a shared memfd mapping, so what is left is the VMM.
-func privateRSS(pid int) float64 {
+// residentMiB returns the process's resident memory without and with its
+// resident shared memory: guest RAM is a shared memfd mapping, so the first
+// is the VMM itself and the second what the whole VM costs the host.
+func residentMiB(pid int) (vmm, total float64) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	var rss, shmem float64
 	for _, line := range strings.Split(string(data), "\n") {
@@ -160,10 +190,15 @@ func privateRSS(pid int) float64 {
 			shmem = v
 		}
 	}
-	return (rss - shmem) / 1024
+	return (rss - shmem) / 1024, rss / 1024
 }
 
 func benchInitramfs(initPath string) (string, error) {
+	return writeInitramfs(initPath, "echo "+marker+"\npoweroff -f\n")
+}
+
+// writeInitramfs builds a guest with busybox whose init runs rc.
+func writeInitramfs(initPath, rc string) (string, error) {
 	a := initramfs.New()
 	if err := a.AddHostFile("init", initPath); err != nil {
 		return "", err
@@ -171,9 +206,13 @@ func benchInitramfs(initPath string) (string, error) {
 	if err := a.AddBusybox("/bin/busybox", initramfs.BusyboxApplets...); err != nil {
 		return "", err
 	}
-	a.AddFile("etc/rc", []byte("echo "+marker+"\npoweroff -f\n"), 0o755)
-	p := filepath.Join(os.TempDir(), fmt.Sprintf("smol-bench-%d.cpio", os.Getpid()))
-	return p, a.WriteFile(p)
+	a.AddFile("etc/rc", []byte(rc), 0o755)
+	f, err := os.CreateTemp("", "smol-bench-*.cpio")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), a.WriteFile(f.Name())
 }
 
 func median(xs []float64) float64 {
