@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/internal/syncbuf"
 )
 
 const reportCPUs = `echo "cpus-online=$(cat /sys/devices/system/cpu/online) nproc=$(nproc)"
@@ -63,19 +64,19 @@ func TestSerialConsoleAnswersTyping(t *testing.T) {
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	initrd := guestInitramfs(t, "") // no /etc/rc: an interactive shell on ttyS0
 	in, typer := io.Pipe()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 1, Memory: 256 << 20, Console: out, ConsoleInput: in})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	deadline := time.Now().Add(bootTimeout)
-	if !out.waitFor("# ", deadline) {
+	if !out.WaitFor("# ", deadline) {
 		m.Stop()
 		t.Fatalf("no shell prompt; console:\n%s", out.String())
 	}
 	io.WriteString(typer, "echo answer-$((6*7))\n")
-	if !out.waitFor("answer-42", deadline) {
+	if !out.WaitFor("answer-42", deadline) {
 		m.Stop()
 		t.Fatalf("the guest did not answer; console:\n%s", out.String())
 	}

@@ -6,14 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/box"
 	"github.com/smolvm/smol/guest/initramfs"
+	"github.com/smolvm/smol/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { os.Exit(box.Main(m)) }
@@ -58,39 +57,10 @@ func guestInitramfs(t *testing.T, rc string) string {
 	return p
 }
 
-// syncBuffer collects console output written by the vCPU threads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// waitFor polls the console until it contains want or the deadline passes.
-func (b *syncBuffer) waitFor(want string, deadline time.Time) bool {
-	for time.Now().Before(deadline) {
-		if strings.Contains(b.String(), want) {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
 // boot runs a guest through the Go API until it stops, with a watchdog.
 func boot(t *testing.T, cfg smol.Config) (smol.Exit, string, error) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cfg.Console = out
 	m, err := smol.Start(cfg)
 	if err != nil {

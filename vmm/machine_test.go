@@ -1,35 +1,17 @@
 package vmm
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/smolvm/smol/devices/power"
+	"github.com/smolvm/smol/internal/syncbuf"
 	"github.com/smolvm/smol/internal/testkernel"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // runTiny boots a hand-assembled "kernel" on this host's /dev/kvm. Tiny
 // guests run even on PVM hosts, so these tests exercise the whole machine —
@@ -44,7 +26,7 @@ func runTiny(t *testing.T, code []byte, cpus int) (StopReason, string, error) {
 	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, code), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	m, err := New(Config{Kernel: kernel, Cmdline: "console=ttyS0", CPUs: cpus, Memory: 64 << 20, Console: out})
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,12 @@
 package serial
 
 import (
-	"bytes"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/smolvm/smol/devices"
+	"github.com/smolvm/smol/internal/syncbuf"
 )
 
 var _ devices.Device = (*UART)(nil)
@@ -27,22 +26,7 @@ func (c *countingInterrupt) count() int64 { return c.edges.Load() }
 
 // syncBuffer is an io.Writer safe for the transmitter goroutine and the test
 // to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // harness is a UART with a guest's-eye view: in and out are the guest's
 // INB and OUTB on the UART's ports.

@@ -35,7 +35,7 @@ func ELF(machine uint16, code []byte) []byte {
 	le.PutUint32(ph[4:], 5) // R+X
 	le.PutUint64(ph[8:], ehsize+phsize)
 	le.PutUint64(ph[16:], 0xffff_ffff_8000_0000+LoadAddr) // vaddr, as in Linux
-	le.PutUint64(ph[24:], LoadAddr)                        // paddr
+	le.PutUint64(ph[24:], LoadAddr)                       // paddr
 	le.PutUint64(ph[32:], uint64(len(code)))
 	le.PutUint64(ph[40:], uint64(len(code)))
 	copy(b[ehsize+phsize:], code)
@@ -44,7 +44,7 @@ func ELF(machine uint16, code []byte) []byte {
 
 // x86-64 instruction encodings used by the programs below.
 func movDX(port uint16) []byte { return []byte{0x66, 0xba, byte(port), byte(port >> 8)} }
-func movAL(v byte) []byte       { return []byte{0xb0, v} }
+func movAL(v byte) []byte      { return []byte{0xb0, v} }
 
 var outDXAL = []byte{0xee}
 
