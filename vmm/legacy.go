@@ -1,8 +1,10 @@
 package vmm
 
 import (
+	"io"
 	"time"
 
+	"github.com/smolvm/smol/devices"
 	"github.com/smolvm/smol/devices/boottimer"
 	"github.com/smolvm/smol/devices/i8042"
 	"github.com/smolvm/smol/devices/power"
@@ -43,10 +45,7 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 	reset := func() { m.stop(StopReboot, nil) }
 	for _, r := range []struct {
 		base, size uint64
-		dev        interface {
-			Read(uint64, []byte)
-			Write(uint64, []byte)
-		}
+		dev        devices.Device
 	}{
 		{serial.COM1Port, serial.RegisterCount, d.uart},
 		{i8042.DataPort, i8042.PortCount, i8042.New(reset)},
@@ -75,7 +74,7 @@ func acpiConfig(cpus int) acpi.Config {
 	}
 }
 
-func (d *legacyDevices) attachInput(r interface{ Read([]byte) (int, error) }) {
+func (d *legacyDevices) attachInput(r io.Reader) {
 	d.input = d.uart.AttachInput(r)
 }
 

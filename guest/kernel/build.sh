@@ -2,9 +2,10 @@
 # build.sh OUT FRAGMENT... — build a Linux 6.1 vmlinux (and bzImage) from the
 # given config fragments merged over `make tinyconfig`, and copy it to OUT.
 #
-# Source: Debian's linux-source-6.1 package (/usr/src/linux-source-6.1.tar.xz),
-# or a tarball named by SMOL_LINUX_TARBALL whose sha256 must equal
-# SMOL_LINUX_SHA256. The result is cached per machine under
+# Source, first found: a tarball named by SMOL_LINUX_TARBALL (its sha256 must
+# equal SMOL_LINUX_SHA256); Debian's linux-source-6.1 package
+# (/usr/src/linux-source-6.1.tar.xz); else the pinned kernel.org release
+# below, downloaded once and verified by its sha256. The result is cached per machine under
 # ${SMOL_CACHE:-~/.cache/smol}/kernel/<key>, where the key hashes the source,
 # the fragments and this script, so a second `make kernel` is a copy.
 set -euo pipefail
@@ -13,18 +14,35 @@ out=$1; shift
 [ $# -gt 0 ] || { echo "usage: build.sh OUT FRAGMENT..." >&2; exit 2; }
 
 cache=${SMOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/smol}
-tarball=${SMOL_LINUX_TARBALL:-/usr/src/linux-source-6.1.tar.xz}
-if [ ! -f "$tarball" ]; then
-	echo "kernel: no Linux source at $tarball" >&2
-	echo "kernel: install it with 'apt-get install linux-source-6.1' (and flex bison bc libelf-dev libssl-dev)," >&2
-	echo "kernel: or set SMOL_LINUX_TARBALL=linux-6.1.x.tar.xz and SMOL_LINUX_SHA256=<its sha256>" >&2
-	exit 1
-fi
+pinned_url=https://cdn.kernel.org/pub/linux/kernel/v6.x/linux-6.1.20.tar.xz
+pinned_sha256=76322de8c01a3c63b42c4d1e9b9e7d1897ddb91276e10d73d1f9df3562f031f0
+
+verify() { # verify FILE SHA256
+	local got
+	got=$(sha256sum "$1" | cut -d' ' -f1)
+	if [ "$got" != "$2" ]; then
+		echo "kernel: $1 has sha256 $got, want ${2:-<unset SMOL_LINUX_SHA256>}" >&2
+		return 1
+	fi
+}
+
 if [ -n "${SMOL_LINUX_TARBALL:-}" ]; then
-	got=$(sha256sum "$tarball" | cut -d' ' -f1)
-	if [ "$got" != "${SMOL_LINUX_SHA256:-}" ]; then
-		echo "kernel: $tarball has sha256 $got, want ${SMOL_LINUX_SHA256:-<unset SMOL_LINUX_SHA256>}" >&2
-		exit 1
+	tarball=$SMOL_LINUX_TARBALL
+	[ -f "$tarball" ] || { echo "kernel: SMOL_LINUX_TARBALL=$tarball does not exist" >&2; exit 1; }
+	verify "$tarball" "${SMOL_LINUX_SHA256:-}"
+elif [ -f /usr/src/linux-source-6.1.tar.xz ]; then
+	tarball=/usr/src/linux-source-6.1.tar.xz
+else
+	tarball=$cache/$(basename "$pinned_url")
+	if [ ! -f "$tarball" ]; then
+		echo "kernel: no linux-source-6.1 package; downloading $pinned_url"
+		mkdir -p "$cache"
+		if ! curl -fL --retry 3 -o "$tarball.part" "$pinned_url"; then
+			echo "kernel: cannot download $pinned_url; install Debian's linux-source-6.1 or set SMOL_LINUX_TARBALL and SMOL_LINUX_SHA256" >&2
+			rm -f "$tarball.part"; exit 1
+		fi
+		verify "$tarball.part" "$pinned_sha256" || { rm -f "$tarball.part"; exit 1; }
+		mv "$tarball.part" "$tarball"
 	fi
 fi
 
