@@ -43,6 +43,9 @@ type Config struct {
 
 	Console      io.Writer // guest serial output; nil discards it
 	ConsoleInput io.Reader // typed into the guest's serial port; may be nil
+
+	Disks []Disk // virtio block devices: /dev/vda, /dev/vdb, ...
+	Vsock *Vsock // optional host<->guest sockets
 }
 
 // Exit describes how a VM ended.
@@ -76,6 +79,10 @@ func Start(cfg Config) (*Machine, error) {
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
+	devs, err := virtioDevices(cfg)
+	if err != nil {
+		return nil, err
+	}
 	vm, err := vmm.New(vmm.Config{
 		Kernel:       cfg.Kernel,
 		Initrd:       cfg.Initrd,
@@ -84,6 +91,7 @@ func Start(cfg Config) (*Machine, error) {
 		Memory:       cfg.Memory,
 		Console:      cfg.Console,
 		ConsoleInput: cfg.ConsoleInput,
+		Virtio:       devs,
 	})
 	if err != nil {
 		return nil, err

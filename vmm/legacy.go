@@ -60,8 +60,9 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 	return d, nil
 }
 
-// acpiConfig tells the ACPI tables where the power registers are.
-func acpiConfig(cpus int) acpi.Config {
+// acpiConfig describes the machine to the ACPI tables: CPUs, the power
+// registers, and the devices Linux must find through the DSDT.
+func acpiConfig(cpus, virtioDevices int) acpi.Config {
 	return acpi.Config{
 		CPUs:             cpus,
 		SleepControlPort: power.SleepControlPort,
@@ -70,7 +71,8 @@ func acpiConfig(cpus int) acpi.Config {
 		ResetValue:       power.ResetValue,
 		// Hardware-reduced ACPI has no legacy PIC, so Linux maps no ISA IRQ
 		// by number: the UART's interrupt must be described in the DSDT.
-		Serial: []acpi.SerialPort{{Port: serial.COM1Port, GSI: serial.COM1IRQ}},
+		Serial:     []acpi.SerialPort{{Port: serial.COM1Port, GSI: serial.COM1IRQ}},
+		VirtioMMIO: virtioACPI(virtioDevices),
 	}
 }
 

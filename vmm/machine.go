@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/kvm"
+	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/vmm/acpi"
 	"github.com/smolvm/smol/vmm/boot"
 	"github.com/smolvm/smol/vmm/memory"
@@ -28,6 +29,11 @@ type Config struct {
 	Console io.Writer
 	// ConsoleInput, if set, is typed into the guest's serial port.
 	ConsoleInput io.Reader
+
+	// Virtio devices, in the order the guest should find them (the first
+	// block device becomes /dev/vda). The machine owns them from New on:
+	// it resets them when it stops and closes those that have a Close method.
+	Virtio []virtio.Device
 }
 
 // StopReason says why a machine stopped.
@@ -77,6 +83,7 @@ type Machine struct {
 	mmio   *Bus
 	vcpus  []*vcpu
 	legacy *legacyDevices
+	virtio []*virtioDevice
 	entry  *boot.Entry
 
 	processStart time.Time
@@ -111,6 +118,11 @@ func New(cfg Config) (_ *Machine, err error) {
 	defer func() {
 		if err != nil {
 			m.Close()
+			// Devices the machine did not get to wire are still the
+			// machine's to release.
+			for _, dev := range cfg.Virtio[len(m.virtio):] {
+				closeDevice(dev)
+			}
 		}
 	}()
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
@@ -126,7 +138,7 @@ func New(cfg Config) (_ *Machine, err error) {
 			Kernel:  cfg.Kernel,
 			Initrd:  cfg.Initrd,
 			Cmdline: cfg.Cmdline,
-			ACPI:    acpiConfig(cfg.CPUs),
+			ACPI:    acpiConfig(cfg.CPUs, len(cfg.Virtio)),
 		})
 		loaded <- err
 	}()
@@ -174,6 +186,9 @@ func (m *Machine) createKVMMachine() (err error) {
 		}
 	}
 	if m.legacy, err = m.addLegacyDevices(); err != nil {
+		return err
+	}
+	if err := m.addVirtioDevices(); err != nil {
 		return err
 	}
 	return m.createVCPUs()
@@ -366,6 +381,9 @@ func (m *Machine) Close() error {
 	if running {
 		m.Stop()
 		<-m.done
+	}
+	for _, vd := range m.virtio {
+		vd.close()
 	}
 	if m.legacy != nil {
 		m.legacy.close()

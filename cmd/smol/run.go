@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +22,9 @@ func runCommand(args []string) (int, error) {
 	cmdline := fs.String("cmdline", "", "extra kernel command line, after smol's defaults ("+smol.DefaultCmdline+")")
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
 	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
+	disks := fs.StringArray("disk", nil, "raw disk image as a virtio block device, PATH or PATH:ro; repeatable, the first is /dev/vda")
+	vsockPath := fs.String("vsock", "", "give the guest a vsock device whose host side is the Unix socket PATH (guest connections to port P go to PATH_P)")
+	cid := fs.Uint64("cid", 3, "the guest's vsock context ID")
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
 	exitStats := fs.Bool("exit-stats", false, "print the most frequent vCPU exits on stderr when the VM ends")
 	fs.Usage = func() {
@@ -43,20 +47,27 @@ func runCommand(args []string) (int, error) {
 		return 0, usageError{fmt.Sprintf("--cpus %d: need at least 1", *cpus)}
 	}
 
+	cfg := smol.Config{Kernel: *kernel, Initrd: *initrd, Cmdline: *cmdline, CPUs: *cpus, Memory: memBytes}
+	for _, d := range *disks {
+		disk, err := parseDisk(d)
+		if err != nil {
+			return 0, err
+		}
+		cfg.Disks = append(cfg.Disks, disk)
+	}
+	if *vsockPath != "" {
+		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}
+	} else if fs.Changed("cid") {
+		return 0, usageError{"--cid needs --vsock"}
+	}
+
 	console, err := attachConsole()
 	if err != nil {
 		return 0, err
 	}
 	defer console.restore()
-	m, err := smol.Start(smol.Config{
-		Kernel:       *kernel,
-		Initrd:       *initrd,
-		Cmdline:      *cmdline,
-		CPUs:         *cpus,
-		Memory:       memBytes,
-		Console:      os.Stdout,
-		ConsoleInput: console.input,
-	})
+	cfg.Console, cfg.ConsoleInput = os.Stdout, console.input
+	m, err := smol.Start(cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -117,4 +128,19 @@ func printExitStats(stats []smol.ExitStat) {
 		}
 		fmt.Fprintf(os.Stderr, "exit-stats: %8d %-4s %#x\n", s.Count, s.Kind, s.Addr)
 	}
+}
+
+// parseDisk reads --disk PATH[:ro|:rw].
+func parseDisk(arg string) (smol.Disk, error) {
+	d := smol.Disk{Path: arg}
+	switch {
+	case strings.HasSuffix(arg, ":ro"):
+		d.Path, d.ReadOnly = strings.TrimSuffix(arg, ":ro"), true
+	case strings.HasSuffix(arg, ":rw"):
+		d.Path = strings.TrimSuffix(arg, ":rw")
+	}
+	if d.Path == "" {
+		return d, usageError{fmt.Sprintf("--disk %q: no path", arg)}
+	}
+	return d, nil
 }

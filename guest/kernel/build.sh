@@ -7,7 +7,7 @@
 # (/usr/src/linux-source-6.1.tar.xz); else the pinned kernel.org release
 # below, downloaded once and verified by its sha256. The result is cached per machine under
 # ${SMOL_CACHE:-~/.cache/smol}/kernel/<key>, where the key hashes the source,
-# the fragments and this script, so a second `make kernel` is a copy.
+# the fragments and the recipe version, so a second `make kernel` is a copy.
 set -euo pipefail
 
 out=$1; shift
@@ -46,8 +46,11 @@ else
 	fi
 fi
 
+# recipe names how this script turns source and fragments into a kernel;
+# bump it when that changes (not for changes in how the source is found).
+recipe=1
 src_id=$(stat -c '%s-%Y' "$tarball")
-key=$( { echo "$src_id"; cat "$@" "$0"; } | sha256sum | cut -c1-16)
+key=$( { echo "$src_id recipe=$recipe"; cat "$@"; } | sha256sum | cut -c1-16)
 dir=$cache/kernel/$key
 mkdir -p "$(dirname "$out")"
 if [ -f "$dir/vmlinux" ] && [ -f "$dir/bzImage" ]; then
