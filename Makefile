@@ -14,7 +14,7 @@ help:
 	@echo "make build         bin/smol (and bin/smolbox)"
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
-	@echo "make guest         build/init and build/initramfs.cpio, the demo guest"
+	@echo "make guest         build/init, build/vsocktool and build/initramfs.cpio (the demo guest)"
 	@echo "make box RUN='…'   run a shell command inside the test box"
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
@@ -40,7 +40,10 @@ stock-kernel:
 build/init: FORCE
 	$(GO) build -o $@ ./guest/init
 
-guest: build/init
+build/vsocktool: FORCE
+	$(GO) build -o $@ ./guest/vsocktool
+
+guest: build/init build/vsocktool
 	$(GO) run ./guest/mkinitramfs -o build/initramfs.cpio -init build/init -rc guest/demo/rc
 
 box: bin/smolbox bin/smol box-kernel

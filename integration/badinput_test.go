@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/smolvm/smol/internal/testkernel"
+	"github.com/smolvm/smol/virtio/blk"
 )
 
 func writeFile(t *testing.T, name string, data []byte) string {
@@ -68,6 +70,12 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"zero cpus", 2, "--cpus 0", []string{"run", "--kernel", vmlinux, "--cpus", "0"}},
 		{"too many cpus", 1, "limit", []string{"run", "--kernel", vmlinux, "--cpus", "100000", "--mem", "256M"}},
 		{"unknown flag", 2, "unknown flag", []string{"run", "--frobnicate"}},
+		{"missing disk", 1, "no such file", []string{"run", "--kernel", vmlinux, "--disk", "/nonexistent/disk.img"}},
+		{"directory as disk", 1, "directory", []string{"run", "--kernel", vmlinux, "--disk", t.TempDir()}},
+		{"disk in use", 1, "in use", []string{"run", "--kernel", vmlinux, "--disk", lockedDisk(t)}},
+		{"vsock directory missing", 1, "does not exist", []string{"run", "--kernel", vmlinux, "--vsock", "/nonexistent/dir/v.sock"}},
+		{"vsock path in use", 1, "in use", []string{"run", "--kernel", vmlinux, "--vsock", listeningSocket(t)}},
+		{"cid without vsock", 2, "--cid needs --vsock", []string{"run", "--kernel", vmlinux, "--cid", "7"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { expectOneLineError(t, c.code, c.want, c.args...) })
@@ -81,4 +89,30 @@ func TestGuestRunningGarbageIsReportedWithRegisters(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "triple") || !strings.Contains(stderr, "rip=") {
 		t.Fatalf("exit %d, stderr %q; want a non-zero exit reporting a triple fault with registers", code, stderr)
 	}
+}
+
+// lockedDisk returns a disk image that this process holds open read-write
+// the way a running VM does.
+func lockedDisk(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "busy.img")
+	if err := os.WriteFile(p, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := blk.Open(p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return p
+}
+
+// listeningSocket returns a Unix socket path another program is serving.
+func listeningSocket(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "busy.sock")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return p
 }

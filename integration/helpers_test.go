@@ -37,10 +37,16 @@ func artifact(t *testing.T, rel, makeTarget string) string {
 }
 
 // guestInitramfs builds an initramfs whose init runs rc as /etc/rc (or an
-// interactive shell when rc is empty) and returns its path.
-func guestInitramfs(t *testing.T, rc string) string {
+// interactive shell when rc is empty) and returns its path. tools are build
+// outputs (e.g. "build/vsocktool") installed in /bin.
+func guestInitramfs(t *testing.T, rc string, tools ...string) string {
 	t.Helper()
 	a := initramfs.New()
+	for _, tool := range tools {
+		if err := a.AddHostFile("bin/"+filepath.Base(tool), artifact(t, tool, "guest")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := a.AddHostFile("init", artifact(t, "build/init", "guest")); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/smolvm/smol/virtio"
 )
@@ -23,7 +24,8 @@ var ErrNotActive = errors.New("vsock: device not active")
 // SendTransportReset are serialised by mu; the queue work runs on one
 // worker goroutine per activation.
 type Device struct {
-	cfg      Config
+	cfg      Config // CID is authoritative in cid
+	cid      atomic.Uint64
 	listener *listener
 	notify   chan struct{} // Notify's signal to the worker; lives as long as the device
 
@@ -49,15 +51,14 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Device{cfg: cfg, listener: l, notify: make(chan struct{}, 1)}, nil
+	d := &Device{cfg: cfg, listener: l, notify: make(chan struct{}, 1)}
+	d.cid.Store(cfg.CID)
+	return d, nil
 }
 
-// CID returns the guest's context ID.
-func (d *Device) CID() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cfg.CID
-}
+// CID returns the guest's context ID. It is atomic rather than under mu
+// because ReadConfig runs on vCPU threads, which must not wait for a Reset.
+func (d *Device) CID() uint64 { return d.cid.Load() }
 
 // UDSPath returns the Unix socket host programs connect to.
 func (d *Device) UDSPath() string { return d.cfg.UDSPath }
@@ -109,9 +110,9 @@ func (d *Device) Activate(env virtio.Env) error {
 	stop := make(chan struct{})
 	host := newUnixHost(d.cfg.UDSPath, stop)
 	w := &worker{
-		cid:        d.cfg.CID,
+		cid:        d.CID(),
 		irq:        env.Interrupt,
-		mux:        newMuxer(d.cfg.CID, host),
+		mux:        newMuxer(d.CID(), host),
 		host:       host,
 		notify:     d.notify,
 		incoming:   d.listener.incoming,

@@ -436,7 +436,7 @@ func TestShutdownBothFlushesThenResets(t *testing.T) {
 	if s.closed || c.state != stateClosing {
 		t.Fatalf("state %v closed %v, want closing and open", c.state, s.closed)
 	}
-	// RW after SHUTDOWN is a protocol error, but first: the normal path.
+	// The last of the guest's data reaches the host: now the RST.
 	mt.m.hostWritten(c, len("last words"))
 	mt.expect(MaxPayload, OpRST)
 	if !s.closed {

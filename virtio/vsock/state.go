@@ -32,6 +32,7 @@ func (d *Device) Restore(s State) error {
 		return fmt.Errorf("vsock: restore: %w", err)
 	}
 	d.cfg = cfg
+	d.cid.Store(cfg.CID)
 	d.resetOnActivate = true
 	return nil
 }
