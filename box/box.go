@@ -148,6 +148,9 @@ func jobScript(script string, opts Options) string {
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
 	b.WriteString("export SMOL_IN_BOX=1\n")
+	// Temporary files go to the box's own tmpfs: the host's files reach the
+	// box over 9p, where Unix sockets cannot be created.
+	b.WriteString("export TMPDIR=/dev/shm\n")
 	fmt.Fprintf(&b, "cd %s || exit 125\n", shellQuote(opts.Dir))
 	b.WriteString(script)
 	b.WriteString("\n")

@@ -10,7 +10,9 @@
 // the box's init chroots into it, so a command sees the same paths, the same
 // checkout and the same binaries as on the host, and what it writes stays
 // there. /proc, /sys and /dev inside are the box's own, so /dev/kvm is the
-// box kernel's KVM.
+// box kernel's KVM. TMPDIR inside is /dev/shm, the box's own tmpfs, because
+// Unix sockets cannot be created on the host files seen over 9p; what a
+// command leaves there is gone when the box ends.
 //
 // On a host whose /dev/kvm boots Linux, the box steps aside: Main runs the
 // tests directly.

@@ -106,7 +106,7 @@ func (vd *virtioDevice) close() {
 		k.Close()
 	}
 	vd.pollers.Wait()
-	vd.transport.Device().Reset()
+	vd.transport.Reset()
 	closeDevice(vd.transport.Device())
 	vd.irq.close()
 }
