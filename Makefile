@@ -14,7 +14,7 @@ help:
 	@echo "make build         bin/smol (and bin/smolbox)"
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
-	@echo "make guest         build/init, build/vsocktool and build/initramfs.cpio (the demo guest)"
+	@echo "make guest         build/init, build/nettool and build/initramfs.cpio (the demo guest)"
 	@echo "make box RUN='…'   run a shell command inside the test box"
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
@@ -40,10 +40,10 @@ stock-kernel:
 build/init: FORCE
 	$(GO) build -o $@ ./guest/init
 
-build/vsocktool: FORCE
-	$(GO) build -o $@ ./guest/vsocktool
+build/nettool: FORCE
+	$(GO) build -o $@ ./guest/nettool
 
-guest: build/init build/vsocktool
+guest: build/init build/nettool
 	$(GO) run ./guest/mkinitramfs -o build/initramfs.cpio -init build/init -rc guest/demo/rc
 
 box: bin/smolbox bin/smol box-kernel

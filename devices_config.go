@@ -2,9 +2,13 @@ package smol
 
 import (
 	"fmt"
+	"net"
+
+	"github.com/smolvm/smol/netdev/tap"
 
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/blk"
+	vnet "github.com/smolvm/smol/virtio/net"
 	"github.com/smolvm/smol/virtio/rng"
 	"github.com/smolvm/smol/virtio/vsock"
 	"github.com/smolvm/smol/vmm"
@@ -27,6 +31,13 @@ type Disk struct {
 type Vsock struct {
 	Path string
 	CID  uint64 // the guest's context ID; 0 means 3
+}
+
+// Net connects the guest's virtio-net device to a TAP interface on the host
+// (created if it does not exist; creating one needs CAP_NET_ADMIN).
+type Net struct {
+	TAP string // interface name
+	MAC string // the guest's MAC address; "" derives a stable one from TAP
 }
 
 // virtioDevices opens the devices a Config asks for, in guest order: disks
@@ -55,6 +66,13 @@ func virtioDevices(cfg Config) (devs []virtio.Device, err error) {
 		}
 		devs = append(devs, dev)
 	}
+	if cfg.Net != nil {
+		dev, err := openNet(*cfg.Net)
+		if err != nil {
+			return devs, err
+		}
+		devs = append(devs, dev)
+	}
 	if cfg.Vsock != nil {
 		dev, err := vsock.New(vsock.Config{CID: cfg.Vsock.CID, UDSPath: cfg.Vsock.Path})
 		if err != nil {
@@ -69,4 +87,27 @@ func virtioDevices(cfg Config) (devs []virtio.Device, err error) {
 		return devs, fmt.Errorf("%d devices: smol supports at most %d virtio devices", len(devs), max)
 	}
 	return devs, nil
+}
+
+func openNet(n Net) (virtio.Device, error) {
+	var mac net.HardwareAddr
+	if n.MAC != "" {
+		var err error
+		if mac, err = tap.ParseMAC(n.MAC); err != nil {
+			return nil, err
+		}
+	}
+	t, err := tap.Create(n.TAP)
+	if err != nil {
+		return nil, err
+	}
+	if mac == nil {
+		mac = tap.MACFromName(t.Name())
+	}
+	dev, err := vnet.New(t, vnet.Options{MAC: [6]byte(mac)})
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return dev, nil
 }

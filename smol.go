@@ -14,11 +14,14 @@
 package smol
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/vmm"
 )
 
@@ -45,7 +48,12 @@ type Config struct {
 	ConsoleInput io.Reader // typed into the guest's serial port; may be nil
 
 	Disks []Disk // virtio block devices: /dev/vda, /dev/vdb, ...
+	Net   *Net   // optional network device on a host TAP
 	Vsock *Vsock // optional host<->guest sockets
+
+	// NoBalloon leaves out the balloon device, through which memory the
+	// guest frees goes back to the host (free page reporting).
+	NoBalloon bool
 }
 
 // Exit describes how a VM ended.
@@ -92,6 +100,7 @@ func Start(cfg Config) (*Machine, error) {
 		Console:      cfg.Console,
 		ConsoleInput: cfg.ConsoleInput,
 		Virtio:       devs,
+		Balloon:      !cfg.NoBalloon,
 	})
 	if err != nil {
 		return nil, err
@@ -150,3 +159,28 @@ type ExitStat = vmm.ExitStat
 // once the VM has ended. Every exit costs a round trip through the host, so
 // this is where to look when a guest boots or runs slowly.
 func (m *Machine) ExitStats() []ExitStat { return m.vm.ExitStats() }
+
+// MemoryStats are the guest's own memory statistics, from the balloon.
+type MemoryStats = balloon.Stats
+
+// MemoryStats asks the guest for fresh memory statistics and waits for them
+// (at most until ctx is done). The guest driver sends them once it is up.
+func (m *Machine) MemoryStats(ctx context.Context) (MemoryStats, error) {
+	b := m.vm.Balloon()
+	if b == nil {
+		return MemoryStats{}, errors.New("this VM has no balloon device")
+	}
+	s, _, err := b.RefreshStats(ctx)
+	return s, err
+}
+
+// ReclaimedBytes is how much guest memory the balloon has handed back to the
+// host so far (free pages the guest reported, and pages it gave up).
+func (m *Machine) ReclaimedBytes() uint64 {
+	b := m.vm.Balloon()
+	if b == nil {
+		return 0
+	}
+	c := b.Counters()
+	return c.DiscardedBytes()
+}

@@ -156,13 +156,13 @@ func TestVsockEchoBothWays(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "v.sock")
 	echoListener(t, sock+"_5000")
-	initrd := guestInitramfs(t, `vsocktool serve 6000 &
+	initrd := guestInitramfs(t, `nettool serve 6000 &
 sleep 0.2
 echo guest-listening
-vsocktool echo 2 5000 1048576 1 && vsocktool echo 2 5000 65536 32
+nettool echo 2 5000 1048576 1 && nettool echo 2 5000 65536 32
 read line
 poweroff -f
-`, "build/vsocktool")
+`, "build/nettool")
 	in, typer := io.Pipe()
 	out := &syncbuf.Buffer{}
 	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,

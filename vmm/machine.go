@@ -12,6 +12,7 @@ import (
 
 	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio"
+	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/vmm/acpi"
 	"github.com/smolvm/smol/vmm/boot"
 	"github.com/smolvm/smol/vmm/memory"
@@ -34,6 +35,11 @@ type Config struct {
 	// block device becomes /dev/vda). The machine owns them from New on:
 	// it resets them when it stops and closes those that have a Close method.
 	Virtio []virtio.Device
+
+	// Balloon adds a virtio-balloon device with free page reporting: memory
+	// the guest frees goes back to the host. The machine creates it because
+	// it acts on guest RAM.
+	Balloon bool
 }
 
 // StopReason says why a machine stopped.
@@ -75,16 +81,18 @@ const (
 
 // Machine is one virtual machine.
 type Machine struct {
-	cfg    Config
-	sys    *kvm.System
-	vm     *kvm.VM
-	mem    *memory.Guest
-	pio    *Bus
-	mmio   *Bus
-	vcpus  []*vcpu
-	legacy *legacyDevices
-	virtio []*virtioDevice
-	entry  *boot.Entry
+	cfg     Config
+	sys     *kvm.System
+	vm      *kvm.VM
+	mem     *memory.Guest
+	pio     *Bus
+	mmio    *Bus
+	vcpus   []*vcpu
+	legacy  *legacyDevices
+	devices []virtio.Device // cfg.Virtio, plus the balloon
+	virtio  []*virtioDevice
+	balloon *balloon.Device
+	entry   *boot.Entry
 
 	processStart time.Time
 	firstRun     atomic.Int64 // unix nanos of vCPU 0's first KVM_RUN
@@ -120,13 +128,20 @@ func New(cfg Config) (_ *Machine, err error) {
 			m.Close()
 			// Devices the machine did not get to wire are still the
 			// machine's to release.
-			for _, dev := range cfg.Virtio[len(m.virtio):] {
+			for _, dev := range m.devices[len(m.virtio):] {
 				closeDevice(dev)
 			}
 		}
 	}()
+	m.devices = cfg.Virtio
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
+	}
+	if cfg.Balloon {
+		if m.balloon, err = balloon.New(balloon.Config{Discarder: m.mem}); err != nil {
+			return nil, err
+		}
+		m.devices = append(append([]virtio.Device(nil), cfg.Virtio...), m.balloon)
 	}
 	// Loading the kernel and initrd (mostly page faults on fresh guest
 	// memory) overlaps with creating the VM, which is mostly ioctls: the two
@@ -138,7 +153,7 @@ func New(cfg Config) (_ *Machine, err error) {
 			Kernel:  cfg.Kernel,
 			Initrd:  cfg.Initrd,
 			Cmdline: cfg.Cmdline,
-			ACPI:    acpiConfig(cfg.CPUs, len(cfg.Virtio)),
+			ACPI:    acpiConfig(cfg.CPUs, len(m.devices)),
 		})
 		loaded <- err
 	}()
@@ -364,6 +379,9 @@ func (m *Machine) UserspaceReached() time.Time { return m.legacy.bootTimer.Reach
 
 // BootProtocol says how the kernel was entered ("pvh" or "linux64").
 func (m *Machine) BootProtocol() string { return string(m.entry.Protocol) }
+
+// Balloon returns the balloon device, or nil when Config.Balloon was false.
+func (m *Machine) Balloon() *balloon.Device { return m.balloon }
 
 // Memory returns the guest's RAM.
 func (m *Machine) Memory() *memory.Guest { return m.mem }

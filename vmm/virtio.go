@@ -47,10 +47,10 @@ type virtioDevice struct {
 // interrupt to an irqfd and its queue notifications to ioeventfds, so that
 // neither direction needs a trip through a vCPU thread.
 func (m *Machine) addVirtioDevices() error {
-	if len(m.cfg.Virtio) > MaxVirtioDevices {
-		return fmt.Errorf("%d virtio devices: smol supports at most %d", len(m.cfg.Virtio), MaxVirtioDevices)
+	if len(m.devices) > MaxVirtioDevices {
+		return fmt.Errorf("%d virtio devices: smol supports at most %d", len(m.devices), MaxVirtioDevices)
 	}
-	for i, dev := range m.cfg.Virtio {
+	for i, dev := range m.devices {
 		addr, gsi := virtioSlot(i)
 		irq, err := newIRQLine(m.vm, gsi)
 		if err != nil {

@@ -23,6 +23,8 @@ func runCommand(args []string) (int, error) {
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
 	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
 	disks := fs.StringArray("disk", nil, "raw disk image as a virtio block device, PATH or PATH:ro; repeatable, the first is /dev/vda")
+	netTAP := fs.String("net-tap", "", "give the guest a network device on host TAP interface NAME (created if needed; needs CAP_NET_ADMIN)")
+	mac := fs.String("mac", "", "the guest's MAC address with --net-tap (default: derived from the TAP name)")
 	vsockPath := fs.String("vsock", "", "give the guest a vsock device whose host side is the Unix socket PATH (guest connections to port P go to PATH_P)")
 	cid := fs.Uint64("cid", 3, "the guest's vsock context ID")
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
@@ -54,6 +56,11 @@ func runCommand(args []string) (int, error) {
 			return 0, err
 		}
 		cfg.Disks = append(cfg.Disks, disk)
+	}
+	if *netTAP != "" {
+		cfg.Net = &smol.Net{TAP: *netTAP, MAC: *mac}
+	} else if *mac != "" {
+		return 0, usageError{"--mac needs --net-tap"}
 	}
 	if *vsockPath != "" {
 		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}

@@ -1,10 +1,11 @@
-// Command vsocktool is a small static program for test guests: a vsock echo
-// server and an echo client that checks what comes back. Busybox has no
-// vsock support, and the integration tests need both directions.
+// Command nettool is a small static program for test guests: echo servers
+// and echo clients that check what comes back, over vsock and TCP. Busybox
+// has no vsock support and its nc cannot check a round trip.
 //
-//	vsocktool serve PORT                 echo every connection on PORT until killed
-//	vsocktool echo CID PORT BYTES [N]    N concurrent connections to CID:PORT, each
-//	                                     sending BYTES and checking the echo
+//	nettool serve PORT                 echo every vsock connection on PORT until killed
+//	nettool echo CID PORT BYTES [N]    N concurrent vsock connections to CID:PORT, each
+//	                                   sending BYTES and checking the echo
+//	nettool tcp-echo ADDR BYTES [N]    the same over TCP to ADDR (host:port)
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -30,25 +32,47 @@ func main() {
 		if len(os.Args) < 5 {
 			usage()
 		}
-		n := 1
-		if len(os.Args) > 5 {
-			n = atoi(os.Args[5])
+		cid, port := uint32(atoi(os.Args[2])), uint32(atoi(os.Args[3]))
+		echo(func() (io.ReadWriteCloser, error) { return dialVsock(cid, port) }, atoi(os.Args[4]), optionalCount(5))
+	case "tcp-echo":
+		if len(os.Args) < 4 {
+			usage()
 		}
-		echo(uint32(atoi(os.Args[2])), uint32(atoi(os.Args[3])), atoi(os.Args[4]), n)
+		addr := os.Args[2]
+		echo(func() (io.ReadWriteCloser, error) { return net.Dial("tcp", addr) }, atoi(os.Args[3]), optionalCount(4))
 	default:
 		usage()
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: vsocktool serve PORT | vsocktool echo CID PORT BYTES [CONNS]")
+	fmt.Fprintln(os.Stderr, "usage: nettool serve PORT | nettool echo CID PORT BYTES [CONNS] | nettool tcp-echo ADDR BYTES [CONNS]")
 	os.Exit(2)
+}
+
+func optionalCount(i int) int {
+	if len(os.Args) > i {
+		return atoi(os.Args[i])
+	}
+	return 1
+}
+
+func dialVsock(cid, port uint32) (io.ReadWriteCloser, error) {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("connect %d:%d: %w", cid, port, err)
+	}
+	return os.NewFile(uintptr(fd), "vsock"), nil
 }
 
 func atoi(s string) int {
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "vsocktool: %q is not a number\n", s)
+		fmt.Fprintf(os.Stderr, "nettool: %q is not a number\n", s)
 		os.Exit(2)
 	}
 	return n
@@ -59,7 +83,7 @@ func serve(port int) {
 	check(err)
 	check(unix.Bind(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_ANY, Port: uint32(port)}))
 	check(unix.Listen(fd, 64))
-	fmt.Printf("vsocktool: serving on port %d\n", port)
+	fmt.Printf("nettool: serving on port %d\n", port)
 	for {
 		c, _, err := unix.Accept(fd)
 		if err != nil {
@@ -75,14 +99,14 @@ func serve(port int) {
 
 // echo opens conns connections, sends size pseudo-random bytes on each
 // while reading the echo back, and compares checksums.
-func echo(cid, port uint32, size, conns int) {
+func echo(dial func() (io.ReadWriteCloser, error), size, conns int) {
 	var wg sync.WaitGroup
 	failed := make(chan error, conns)
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := echoOne(cid, port, size, uint64(i)); err != nil {
+			if err := echoOne(dial, size, uint64(i)); err != nil {
 				failed <- fmt.Errorf("connection %d: %w", i, err)
 			}
 		}()
@@ -91,25 +115,20 @@ func echo(cid, port uint32, size, conns int) {
 	close(failed)
 	bad := 0
 	for err := range failed {
-		fmt.Printf("vsocktool: %v\n", err)
+		fmt.Printf("nettool: %v\n", err)
 		bad++
 	}
 	if bad > 0 {
 		os.Exit(1)
 	}
-	fmt.Printf("vsocktool: echo-ok %d connections x %d bytes\n", conns, size)
+	fmt.Printf("nettool: echo-ok %d connections x %d bytes\n", conns, size)
 }
 
-func echoOne(cid, port uint32, size int, seed uint64) error {
-	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+func echoOne(dial func() (io.ReadWriteCloser, error), size int, seed uint64) error {
+	conn, err := dial()
 	if err != nil {
 		return err
 	}
-	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("connect %d:%d: %w", cid, port, err)
-	}
-	conn := os.NewFile(uintptr(fd), "vsock")
 	defer conn.Close()
 	sent, got := sha256.New(), sha256.New()
 	done := make(chan error, 1)
@@ -144,7 +163,7 @@ func echoOne(cid, port uint32, size int, seed uint64) error {
 
 func check(err error) {
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "vsocktool: %v\n", err)
+		fmt.Fprintf(os.Stderr, "nettool: %v\n", err)
 		os.Exit(1)
 	}
 }

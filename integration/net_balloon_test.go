@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/internal/syncbuf"
+)
+
+func TestTCPOverTAPBothWays(t *testing.T) {
+	kernel := artifact(t, "build/vmlinux", "kernel")
+	const tapName, hostIP, guestIP = "smoltest0", "10.213.0.1", "10.213.0.2"
+	// A TCP echo server on the host end of the TAP: the guest's 100 MiB go
+	// out and come back, checked by the guest.
+	initrd := guestInitramfs(t, `ip addr add `+guestIP+`/24 dev eth0
+ip link set eth0 up
+echo guest-net-up
+read go
+nettool tcp-echo `+hostIP+`:7000 104857600 1
+nettool tcp-echo `+hostIP+`:7000 1048576 8
+poweroff -f
+`, "build/nettool")
+	in, typer := io.Pipe()
+	out := &syncbuf.Buffer{}
+	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,
+		Console: out, ConsoleInput: in, Net: &smol.Net{TAP: tapName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if out, err := exec.Command("ip", "addr", "add", hostIP+"/24", "dev", tapName).CombinedOutput(); err != nil {
+		m.Stop()
+		t.Fatalf("configure %s: %v: %s", tapName, err, out)
+	}
+	l, err := net.Listen("tcp", hostIP+":7000")
+	if err != nil {
+		m.Stop()
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	deadline := time.Now().Add(bootTimeout)
+	if !out.WaitFor("guest-net-up", deadline) {
+		m.Stop()
+		t.Fatalf("guest network not up; console:\n%s", out.String())
+	}
+	io.WriteString(typer, "go\n")
+	timer := time.AfterFunc(5*time.Minute, m.Stop)
+	defer timer.Stop()
+	exit, err := m.Wait()
+	console := out.String()
+	if err != nil || exit.Reason != "poweroff" {
+		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, console)
+	}
+	for _, want := range []string{"echo-ok 1 connections x 104857600 bytes", "echo-ok 8 connections x 1048576 bytes"} {
+		if !strings.Contains(console, want) {
+			t.Fatalf("want %q; console:\n%s", want, console)
+		}
+	}
+}
+
+// rssMiB reads a process's resident memory.
+func rssMiB(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func TestFreedGuestMemoryReturnsToHost(t *testing.T) {
+	artifact(t, "build/vmlinux", "kernel")
+	initrd := guestInitramfs(t, `dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>/dev/null
+echo guest-filled
+read go
+rm /tmp/fill
+echo guest-freed
+read done
+poweroff -f
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), "run", "--initrd", initrd, "--cpus", "2", "--mem", "1G")
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	typer, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(bootTimeout)
+	if !out.WaitFor("guest-filled", deadline) {
+		t.Fatalf("guest did not fill its memory; console:\n%s", out.String())
+	}
+	filled := rssMiB(cmd.Process.Pid)
+	io.WriteString(typer, "go\n")
+	if !out.WaitFor("guest-freed", deadline) {
+		t.Fatalf("guest did not free its memory; console:\n%s", out.String())
+	}
+	// Free page reporting runs a couple of seconds after pages are freed.
+	var now float64
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if now = rssMiB(cmd.Process.Pid); filled-now >= 400 {
+			break
+		}
+	}
+	io.WriteString(typer, "done\n")
+	cmd.Wait()
+	t.Logf("smol RSS: %.0f MiB with 512 MiB filled, %.0f MiB after the guest freed it", filled, now)
+	if filled < 512 || filled-now < 400 {
+		t.Fatalf("RSS %.0f MiB -> %.0f MiB: want a drop of at least 400 MiB; console:\n%s", filled, now, out.String())
+	}
+}
