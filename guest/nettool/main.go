@@ -1,22 +1,34 @@
-// Command nettool is a small static program for test guests: echo servers
-// and echo clients that check what comes back, over vsock and TCP. Busybox
-// has no vsock support and its nc cannot check a round trip.
+// Command nettool is a small static program for test and benchmark guests:
+// echo servers and echo clients that check what comes back, over vsock and
+// TCP, and throughput measurements of the guest's block, network and vsock
+// devices. Busybox has no vsock support, its nc cannot check a round trip,
+// and its dd can neither keep several requests in flight nor stop after a
+// time.
 //
 //	nettool serve PORT                 echo every vsock connection on PORT until killed
 //	nettool echo CID PORT BYTES [N]    N concurrent vsock connections to CID:PORT, each
 //	                                   sending BYTES and checking the echo
 //	nettool tcp-echo ADDR BYTES [N]    the same over TCP to ADDR (host:port)
+//	nettool disk DEV SECONDS [QD]      sequential write, sequential read (O_DIRECT, 1 MiB)
+//	                                   and 4 KiB random reads (O_DIRECT, QD in flight,
+//	                                   default 8) on DEV, each for SECONDS
+//	nettool tcp-send ADDR SECONDS      stream to ADDR for SECONDS, half-close, wait for
+//	                                   the peer to close; print the rate
+//	nettool tcp-recv ADDR SECONDS      read what ADDR streams for SECONDS; print the rate
+//	nettool vsock-send CID PORT SECONDS, nettool vsock-recv CID PORT SECONDS
+//	                                   the same over vsock
+//
+// Measurements print one line each, "nettool-result NAME VALUE UNIT" (MB
+// is 10^6 bytes), for a benchmark reading the console; a failed measurement
+// prints "nettool: ..." and makes the exit status 1.
 package main
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,28 +37,48 @@ func main() {
 	if len(os.Args) < 3 {
 		usage()
 	}
+	args := os.Args[2:]
+	need := func(n int) {
+		if len(args) < n {
+			usage()
+		}
+	}
 	switch os.Args[1] {
 	case "serve":
-		serve(atoi(os.Args[2]))
+		serve(atoi(args[0]))
 	case "echo":
-		if len(os.Args) < 5 {
-			usage()
-		}
-		cid, port := uint32(atoi(os.Args[2])), uint32(atoi(os.Args[3]))
-		echo(func() (io.ReadWriteCloser, error) { return dialVsock(cid, port) }, atoi(os.Args[4]), optionalCount(5))
+		need(3)
+		cid, port := uint32(atoi(args[0])), uint32(atoi(args[1]))
+		echo(func() (io.ReadWriteCloser, error) { return dialVsock(cid, port) }, atoi(args[2]), optionalCount(5))
 	case "tcp-echo":
-		if len(os.Args) < 4 {
-			usage()
+		need(2)
+		addr := args[0]
+		echo(func() (io.ReadWriteCloser, error) { return net.Dial("tcp", addr) }, atoi(args[1]), optionalCount(4))
+	case "disk":
+		need(2)
+		qd := 8
+		if len(args) > 2 {
+			qd = atoi(args[2])
 		}
-		addr := os.Args[2]
-		echo(func() (io.ReadWriteCloser, error) { return net.Dial("tcp", addr) }, atoi(os.Args[3]), optionalCount(4))
+		check(diskBench(args[0], seconds(args[1]), qd))
+	case "tcp-send", "tcp-recv":
+		need(2)
+		addr := args[0]
+		dial := func() (streamConn, error) { return dialTCP(addr) }
+		check(streamBench(os.Args[1], dial, os.Args[1] == "tcp-send", seconds(args[1])))
+	case "vsock-send", "vsock-recv":
+		need(3)
+		cid, port := uint32(atoi(args[0])), uint32(atoi(args[1]))
+		dial := func() (streamConn, error) { return dialVsockStream(cid, port) }
+		check(streamBench(os.Args[1], dial, os.Args[1] == "vsock-send", seconds(args[2])))
 	default:
 		usage()
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nettool serve PORT | nettool echo CID PORT BYTES [CONNS] | nettool tcp-echo ADDR BYTES [CONNS]")
+	fmt.Fprintln(os.Stderr, `usage: nettool serve PORT | echo CID PORT BYTES [CONNS] | tcp-echo ADDR BYTES [CONNS]
+       nettool disk DEV SECONDS [QD] | tcp-send|tcp-recv ADDR SECONDS | vsock-send|vsock-recv CID PORT SECONDS`)
 	os.Exit(2)
 }
 
@@ -71,94 +103,26 @@ func dialVsock(cid, port uint32) (io.ReadWriteCloser, error) {
 
 func atoi(s string) int {
 	n, err := strconv.Atoi(s)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nettool: %q is not a number\n", s)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "nettool: %q is not a count\n", s)
 		os.Exit(2)
 	}
 	return n
 }
 
-func serve(port int) {
-	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	check(err)
-	check(unix.Bind(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_ANY, Port: uint32(port)}))
-	check(unix.Listen(fd, 64))
-	fmt.Printf("nettool: serving on port %d\n", port)
-	for {
-		c, _, err := unix.Accept(fd)
-		if err != nil {
-			continue
-		}
-		go func() {
-			f := os.NewFile(uintptr(c), "vsock")
-			defer f.Close()
-			io.Copy(f, f)
-		}()
+// seconds parses a positive duration in seconds ("3", "0.5").
+func seconds(s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0 && v < 3600) {
+		fmt.Fprintf(os.Stderr, "nettool: %q is not a duration in seconds\n", s)
+		os.Exit(2)
 	}
+	return v
 }
 
-// echo opens conns connections, sends size pseudo-random bytes on each
-// while reading the echo back, and compares checksums.
-func echo(dial func() (io.ReadWriteCloser, error), size, conns int) {
-	var wg sync.WaitGroup
-	failed := make(chan error, conns)
-	for i := 0; i < conns; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := echoOne(dial, size, uint64(i)); err != nil {
-				failed <- fmt.Errorf("connection %d: %w", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(failed)
-	bad := 0
-	for err := range failed {
-		fmt.Printf("nettool: %v\n", err)
-		bad++
-	}
-	if bad > 0 {
-		os.Exit(1)
-	}
-	fmt.Printf("nettool: echo-ok %d connections x %d bytes\n", conns, size)
-}
-
-func echoOne(dial func() (io.ReadWriteCloser, error), size int, seed uint64) error {
-	conn, err := dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	sent, got := sha256.New(), sha256.New()
-	done := make(chan error, 1)
-	go func() {
-		n, err := io.CopyN(got, conn, int64(size))
-		if err == nil && n != int64(size) {
-			err = io.ErrUnexpectedEOF
-		}
-		done <- err
-	}()
-	r := rand.New(rand.NewPCG(seed, 7))
-	buf := make([]byte, 64<<10)
-	for left := size; left > 0; {
-		n := min(left, len(buf))
-		for i := range buf[:n] {
-			buf[i] = byte(r.Uint32())
-		}
-		sent.Write(buf[:n])
-		if _, err := conn.Write(buf[:n]); err != nil {
-			return err
-		}
-		left -= n
-	}
-	if err := <-done; err != nil {
-		return fmt.Errorf("reading the echo: %w", err)
-	}
-	if string(sent.Sum(nil)) != string(got.Sum(nil)) {
-		return fmt.Errorf("echo differs from what was sent")
-	}
-	return nil
+// result prints one measurement in the form benchmarks parse.
+func result(name string, value float64, unit string) {
+	fmt.Printf("nettool-result %s %.1f %s\n", name, value, unit)
 }
 
 func check(err error) {
