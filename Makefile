@@ -4,8 +4,9 @@ export CGO_ENABLED := 0
 TIMEOUT ?= 80m
 RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
+ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-devices demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -19,6 +20,7 @@ help:
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
 	@echo "make bench-boot    smol vs QEMU microvm boot-to-init (N=$(N))"
+	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox
 
@@ -69,6 +71,10 @@ test: build kernel box-kernel stock-kernel guest
 bench-boot: build kernel box-kernel guest
 	$(GO) build -o bin/bench-boot ./bench/boot
 	@bin/smolbox "bin/bench-boot -n $(N)"
+
+bench-devices: build kernel box-kernel guest
+	$(GO) build -o bin/bench-devices ./bench/devices
+	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS)"
 
 clean:
 	rm -rf bin build

@@ -38,12 +38,19 @@ func artifact(t *testing.T, rel, makeTarget string) string {
 
 // guestInitramfs builds an initramfs whose init runs rc as /etc/rc (or an
 // interactive shell when rc is empty) and returns its path. tools are build
-// outputs (e.g. "build/vsocktool") installed in /bin.
+// outputs (e.g. "build/nettool", installed in /bin) or absolute paths of
+// host programs (installed at the same path with their libraries).
 func guestInitramfs(t *testing.T, rc string, tools ...string) string {
 	t.Helper()
 	a := initramfs.New()
 	for _, tool := range tools {
-		if err := a.AddHostFile("bin/"+filepath.Base(tool), artifact(t, tool, "guest")); err != nil {
+		var err error
+		if filepath.IsAbs(tool) { // a host program, with its libraries
+			err = a.AddHostBinary(tool)
+		} else { // a build output
+			err = a.AddHostFile("bin/"+filepath.Base(tool), artifact(t, tool, "guest"))
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,8 +6,10 @@ package initramfs
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"sort"
+	"strings"
 
 	"github.com/u-root/u-root/pkg/cpio"
 )
@@ -128,4 +130,32 @@ var BusyboxApplets = []string{
 	"wc", "dd", "sync", "dmesg", "free", "ps", "kill", "true", "false", "test", "[",
 	"stty", "tty", "date", "env", "hostname", "id", "printf", "seq", "sed", "awk",
 	"md5sum", "sha256sum", "tr", "cut", "sort", "uniq", "xargs", "find", "stat", "touch",
+}
+
+// AddHostBinary copies a dynamically linked host program to the same path
+// in the archive, with the shared libraries and loader it needs (as ldd
+// lists them), so a test guest can run a host tool such as mkfs.ext4.
+func (a *Archive) AddHostBinary(hostPath string) error {
+	out, err := exec.Command("ldd", hostPath).Output()
+	if err != nil {
+		return fmt.Errorf("initramfs: ldd %s: %w", hostPath, err)
+	}
+	files := []string{hostPath}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			files = append(files, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			files = append(files, f[0])
+		}
+	}
+	for _, f := range files {
+		if err := a.AddHostFile(strings.TrimPrefix(f, "/"), f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

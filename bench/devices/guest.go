@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/smolvm/smol/guest/initramfs"
+)
+
+// guestScript is the guest's /etc/rc: bring up the network, run every
+// measurement against the host's servers, power off. A failed measurement
+// prints why and the next one still runs.
+func guestScript(n network, secs float64, qd int) string {
+	s := strconv.FormatFloat(secs, 'f', -1, 64)
+	return fmt.Sprintf(`ip addr add %[1]s/24 dev eth0
+ip link set eth0 up
+nettool disk /dev/vda %[3]s %[4]d
+nettool tcp-send %[2]s:%[5]d %[3]s
+nettool tcp-recv %[2]s:%[6]d %[3]s
+nettool vsock-send %[7]d %[8]d %[3]s
+nettool vsock-recv %[7]d %[9]d %[3]s
+poweroff -f
+`, n.guestIP, n.hostIP, s, qd, tcpSinkPort, tcpSourcePort, hostCID, vsockSinkPort, vsockSourcePort)
+}
+
+// writeInitramfs builds the guest: init, busybox (with ip for the network)
+// and nettool, whose /etc/rc is rc.
+func writeInitramfs(initPath, nettoolPath, rc string) (string, error) {
+	a := initramfs.New()
+	if err := a.AddHostFile("init", initPath); err != nil {
+		return "", fmt.Errorf("guest init: %w", err)
+	}
+	if err := a.AddHostFile("bin/nettool", nettoolPath); err != nil {
+		return "", fmt.Errorf("guest nettool: %w", err)
+	}
+	if err := a.AddBusybox("/bin/busybox", slices.Concat(initramfs.BusyboxApplets, []string{"ip"})...); err != nil {
+		return "", fmt.Errorf("guest busybox: %w", err)
+	}
+	a.AddFile("etc/rc", []byte(rc), 0o755)
+	f, err := os.CreateTemp("", "smol-bench-devices-*.cpio")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	if err := a.WriteFile(f.Name()); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("initramfs: %w", err)
+	}
+	return f.Name(), nil
+}
