@@ -3,6 +3,7 @@ package integration
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,6 +77,9 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"vsock directory missing", 1, "does not exist", []string{"run", "--kernel", vmlinux, "--vsock", "/nonexistent/dir/v.sock"}},
 		{"vsock path in use", 1, "in use", []string{"run", "--kernel", vmlinux, "--vsock", listeningSocket(t)}},
 		{"cid without vsock", 2, "--cid needs --vsock", []string{"run", "--kernel", vmlinux, "--cid", "7"}},
+		{"bad MAC", 1, "mac", []string{"run", "--kernel", vmlinux, "--net-tap", "smolbad0", "--mac", "zz:zz"}},
+		{"multicast MAC", 1, "multicast", []string{"run", "--kernel", vmlinux, "--net-tap", "smolbad0", "--mac", "01:00:5e:00:00:01"}},
+		{"mac without net-tap", 2, "--mac needs --net-tap", []string{"run", "--kernel", vmlinux, "--mac", "02:00:00:00:00:01"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { expectOneLineError(t, c.code, c.want, c.args...) })
@@ -115,4 +119,27 @@ func listeningSocket(t *testing.T) string {
 	}
 	t.Cleanup(func() { l.Close() })
 	return p
+}
+
+func TestGuestKernelPanicIsACrash(t *testing.T) {
+	artifact(t, "build/vmlinux", "kernel")
+	initrd := guestInitramfs(t, "echo c > /proc/sysrq-trigger\n")
+	code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "1", "--mem", "256M")
+	if code == 0 || !strings.Contains(stderr, "panicked") {
+		t.Fatalf("exit %d, stderr %q; want a non-zero exit reporting the panic; console:\n%s", code, stderr, stdout)
+	}
+}
+
+func TestTAPWithoutNetAdminIsAClearError(t *testing.T) {
+	vmlinux := artifact(t, "build/vmlinux", "kernel")
+	bin := artifact(t, "bin/smol", "build")
+	// The same smol, without CAP_NET_ADMIN in its bounding set.
+	cmd := exec.Command("setpriv", "--bounding-set=-net_admin", bin, "run", "--kernel", vmlinux, "--net-tap", "smolnocap0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if err == nil || len(lines) != 1 || !strings.Contains(stderr.String(), "CAP_NET_ADMIN") {
+		t.Fatalf("%v, stderr %q; want one line naming CAP_NET_ADMIN", err, stderr.String())
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/smolvm/smol/devices/boottimer"
 	"github.com/smolvm/smol/devices/i8042"
 	"github.com/smolvm/smol/devices/power"
+	"github.com/smolvm/smol/devices/pvpanic"
 	"github.com/smolvm/smol/devices/serial"
 	"github.com/smolvm/smol/vmm/acpi"
 )
@@ -42,6 +43,9 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 	d.uart = serial.New(irq, m.cfg.Console)
 	d.bootTimer = &bootTimer{boottimer.New(nil)}
 	poweroff := func() { m.stop(StopPoweroff, nil) }
+	panicked := func() {
+		m.stop(StopCrash, &CrashError{VCPU: -1, What: "the guest kernel panicked (see its console output)"})
+	}
 	reset := func() { m.stop(StopReboot, nil) }
 	for _, r := range []struct {
 		base, size uint64
@@ -51,6 +55,7 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 		{i8042.DataPort, i8042.PortCount, i8042.New(reset)},
 		{power.SleepControlPort, power.PortCount, power.New(poweroff, reset)},
 		{boottimer.Port, 1, d.bootTimer.Timer},
+		{pvpanic.Port, 1, pvpanic.New(panicked)},
 	} {
 		if err := m.pio.Register(r.base, r.size, r.dev); err != nil {
 			d.close()
@@ -73,6 +78,7 @@ func acpiConfig(cpus, virtioDevices int) acpi.Config {
 		// by number: the UART's interrupt must be described in the DSDT.
 		Serial:     []acpi.SerialPort{{Port: serial.COM1Port, GSI: serial.COM1IRQ}},
 		VirtioMMIO: virtioACPI(virtioDevices),
+		PanicPort:  pvpanic.Port,
 	}
 }
 

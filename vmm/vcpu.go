@@ -147,7 +147,7 @@ func (v *vcpu) kick() {
 // CrashError describes a guest that stopped abnormally, with the vCPU's
 // registers so that a kernel developer can see where.
 type CrashError struct {
-	VCPU   int
+	VCPU   int // -1 when no one vCPU is to blame (a reported kernel panic)
 	What   string
 	Regs   kvm.Regs
 	Sregs  kvm.Sregs
@@ -155,6 +155,9 @@ type CrashError struct {
 }
 
 func (e *CrashError) Error() string {
+	if e.VCPU < 0 {
+		return e.What
+	}
 	if !e.HasReg {
 		return fmt.Sprintf("vCPU %d: %s", e.VCPU, e.What)
 	}

@@ -54,13 +54,17 @@ func buildDSDT(cfg Config) []byte {
 //	        })
 //	    }
 //	    ...
+//	    Device (PEVT) {
+//	        Name (_HID, "QEMU0001")
+//	        Name (_CRS, ResourceTemplate () { IO (Decode16, 0x505, 0x505, 1, 1) })
+//	    }
 //	}
 //
 // Interrupts are declared edge-triggered, active high: that is how the VMM
 // raises them (irqfd or KVM_IRQ_LINE pulses), and what Linux assumes for
 // GSIs below 16 with no override anyway.
 func devicesAML(cfg Config) []byte {
-	if len(cfg.Serial) == 0 && len(cfg.VirtioMMIO) == 0 {
+	if len(cfg.Serial) == 0 && len(cfg.VirtioMMIO) == 0 && cfg.PanicPort == 0 {
 		return nil
 	}
 	var devices [][]byte
@@ -75,6 +79,11 @@ func devicesAML(cfg Config) []byte {
 			amlName("_HID", amlString("LNRO0005")),
 			amlName("_UID", amlInteger(uint64(i))),
 			amlName("_CRS", resourceTemplate(resMemory32Fixed(uint32(d.Addr), uint32(d.Size)), resInterrupt(d.GSI)))))
+	}
+	if cfg.PanicPort != 0 {
+		devices = append(devices, amlDevice("PEVT",
+			amlName("_HID", amlString("QEMU0001")),
+			amlName("_CRS", resourceTemplate(resIO(cfg.PanicPort, 1)))))
 	}
 	return amlScope("_SB_", devices...)
 }

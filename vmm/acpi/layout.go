@@ -57,6 +57,10 @@ type Config struct {
 	// Devices listed here reach Linux through acpi_register_gsi instead.
 	Serial     []SerialPort
 	VirtioMMIO []VirtioMMIODevice
+	// PanicPort, when not 0, is the I/O port of a pvpanic device (QEMU's
+	// "QEMU0001"): Linux writes to it when it panics, so the VMM can tell a
+	// crash from a reboot.
+	PanicPort uint16
 }
 
 // SerialPort is a 16550-compatible UART (ACPI _HID PNP0501) occupying
