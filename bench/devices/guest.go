@@ -9,12 +9,16 @@ import (
 	"github.com/smolvm/smol/guest/initramfs"
 )
 
+// guestUpMarker is what the guest's rc prints first: the boot worked.
+const guestUpMarker = "smol-bench-devices-guest-up"
+
 // guestScript is the guest's /etc/rc: bring up the network, run every
 // measurement against the host's servers, power off. A failed measurement
 // prints why and the next one still runs.
 func guestScript(n network, secs float64, qd int) string {
 	s := strconv.FormatFloat(secs, 'f', -1, 64)
-	return fmt.Sprintf(`ip addr add %[1]s/24 dev eth0
+	return fmt.Sprintf(`echo `+guestUpMarker+`
+ip addr add %[1]s/24 dev eth0
 ip link set eth0 up
 nettool disk /dev/vda %[3]s %[4]d
 nettool tcp-send %[2]s:%[5]d %[3]s

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,6 +23,8 @@ func main() {
 	qemuBin := flag.String("qemu", "qemu-system-x86_64", "QEMU binary")
 	cpus := flag.Int("cpus", 1, "vCPUs")
 	mem := flag.String("mem", "512M", "guest memory")
+	only := flag.String("only", "", "run only this VMM (smol or qemu-microvm), to diagnose it; no ratios")
+	extra := flag.String("cmdline", "", "kernel parameters appended for both VMMs (e.g. loglevel=7 to see a guest's crash)")
 	flag.Parse()
 	if *rounds < 1 || *diskMiB < 16 || *secs <= 0 {
 		fatal(fmt.Errorf("need -rounds >= 1, -disk-mib >= 16 and -seconds > 0"))
@@ -39,8 +42,8 @@ func main() {
 
 	rc := func(n network) string { return guestScript(n, *secs, *qd) }
 	vmms := []*vmm{
-		smolVMM(*smolBin, *kernel, *cpus, *mem, env, smolNet),
-		qemuVMM(*qemuBin, *kernel, *cpus, memBytes>>20, env, qemuNet),
+		smolVMM(*smolBin, *kernel, *extra, *cpus, *mem, env, smolNet),
+		qemuVMM(*qemuBin, *kernel, *extra, *cpus, memBytes>>20, env, qemuNet),
 	}
 	for _, v := range vmms {
 		if v.initrd, err = writeInitramfs(*initPath, *nettool, rc(v.net)); err != nil {
@@ -55,30 +58,45 @@ func main() {
 	fmt.Println("peers: QEMU microvm virtio-mmio; disk cache=writeback (tmpfs has no O_DIRECT), aio=threads;",
 		"virtio-net vhost=off (userspace, like smol); vsock = vhost-vsock (IN-KERNEL, host AF_VSOCK sockets) against smol's userspace device (host Unix sockets)")
 
+	if *only != "" {
+		i := slices.IndexFunc(vmms, func(v *vmm) bool { return v.name == *only })
+		if i < 0 {
+			env.tearDown()
+			fatal(fmt.Errorf("-only %q: want smol or qemu-microvm", *only))
+		}
+		vmms = vmms[i : i+1]
+	}
+
 	limit := guestTimeout(*secs)
-	results := map[string]map[string][]float64{}
-	failed := false
+	runs := map[string][]map[string]float64{} // per VMM, per round
+	failures := map[string]int{}
 	for r := 0; r < *rounds; r++ {
 		order := vmms
 		if r%2 == 1 { // alternate who goes first, so drift in the box evens out
-			order = []*vmm{vmms[1], vmms[0]}
+			order = slices.Clone(vmms)
+			slices.Reverse(order)
 		}
 		for _, v := range order {
 			got, err := v.run(limit)
 			if err != nil {
-				fmt.Printf("round %d %s: %v\n", r+1, v.name, err)
-				failed = true
+				fmt.Printf("round %d %s FAILED: %v\n", r+1, v.name, err)
+				failures[v.name]++
 			}
-			if results[v.name] == nil {
-				results[v.name] = map[string][]float64{}
-			}
-			for k, x := range got {
-				results[v.name][k] = append(results[v.name][k], x)
-			}
+			runs[v.name] = append(runs[v.name], got)
 			fmt.Printf("round %d %-12s %s\n", r+1, v.name, describeRun(got))
 		}
 	}
-	if !report(results[vmms[0].name], results[vmms[1].name]) || failed {
+	if len(vmms) < 2 {
+		if failures[vmms[0].name] > 0 {
+			env.tearDown()
+			os.Exit(1)
+		}
+		return
+	}
+	complete := report(runs[vmms[0].name], runs[vmms[1].name])
+	fmt.Printf("failed guest runs: smol %d of %d, qemu-microvm %d of %d\n",
+		failures[vmms[0].name], *rounds, failures[vmms[1].name], *rounds)
+	if !complete || len(failures) > 0 {
 		env.tearDown()
 		os.Exit(1)
 	}

@@ -35,21 +35,39 @@ func describeRun(got map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// report prints each figure's medians and ratio, then the summary, and
-// says whether every figure was measured for both VMMs.
-func report(smolRuns, qemuRuns map[string][]float64) bool {
+// report prints each figure's medians over the rounds and their ratio,
+// then the summary, and says whether every figure was measured for both
+// VMMs. The ratios of each round's pair (run back to back) follow in
+// brackets: other load in the box shifts both runs of a round alike, so
+// their spread shows how far to trust the median's ratio.
+func report(smolRuns, qemuRuns []map[string]float64) bool {
 	complete := true
 	var below, met []string
 	for _, f := range figures {
-		s, okS := median(smolRuns[f.key])
-		q, okQ := median(qemuRuns[f.key])
+		var pairs []string
+		var sv, qv []float64
+		for i := range min(len(smolRuns), len(qemuRuns)) {
+			s, okS := smolRuns[i][f.key]
+			q, okQ := qemuRuns[i][f.key]
+			if okS {
+				sv = append(sv, s)
+			}
+			if okQ {
+				qv = append(qv, q)
+			}
+			if okS && okQ && q > 0 {
+				pairs = append(pairs, fmt.Sprintf("%.2f", s/q))
+			}
+		}
+		s, okS := median(sv)
+		q, okQ := median(qv)
 		if !okS || !okQ || q == 0 {
-			fmt.Printf("%s: not measured (smol %d runs, qemu-microvm %d runs)\n", f.label, len(smolRuns[f.key]), len(qemuRuns[f.key]))
+			fmt.Printf("%s: not measured (smol %d runs, qemu-microvm %d runs)\n", f.label, len(sv), len(qv))
 			complete = false
 			continue
 		}
 		ratio := s / q
-		fmt.Printf("%s: smol %.1f %s, qemu-microvm %.1f %s, ratio %.2f\n", f.label, s, f.unit, q, f.unit, ratio)
+		fmt.Printf("%s: smol %.1f %s, qemu-microvm %.1f %s, ratio %.2f [rounds: %s]\n", f.label, s, f.unit, q, f.unit, ratio, strings.Join(pairs, " "))
 		if ratio >= 1 {
 			met = append(met, fmt.Sprintf("%s %.2f", f.label, ratio))
 		} else {

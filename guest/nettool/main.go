@@ -120,9 +120,12 @@ func seconds(s string) float64 {
 	return v
 }
 
+// resultOut receives the measurements; tests replace it.
+var resultOut io.Writer = os.Stdout
+
 // result prints one measurement in the form benchmarks parse.
 func result(name string, value float64, unit string) {
-	fmt.Printf("nettool-result %s %.1f %s\n", name, value, unit)
+	fmt.Fprintf(resultOut, "nettool-result %s %.1f %s\n", name, value, unit)
 }
 
 func check(err error) {

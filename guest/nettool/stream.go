@@ -20,6 +20,7 @@ const streamChunk = 256 << 10
 type streamConn interface {
 	io.ReadWriteCloser
 	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
 	CloseWrite() error
 }
 
@@ -43,6 +44,9 @@ func streamBench(name string, dial func() (streamConn, error), send bool, secs f
 	var total int64
 	start := time.Now()
 	if send {
+		// A write the peer never drains must not hang the guest: give up
+		// well after the measurement should have ended.
+		conn.SetWriteDeadline(start.Add(d + 30*time.Second))
 		for time.Since(start) < d {
 			n, err := conn.Write(buf)
 			total += int64(n)
