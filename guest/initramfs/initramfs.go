@@ -130,6 +130,7 @@ var BusyboxApplets = []string{
 	"wc", "dd", "sync", "dmesg", "free", "ps", "kill", "true", "false", "test", "[",
 	"stty", "tty", "date", "env", "hostname", "id", "printf", "seq", "sed", "awk",
 	"md5sum", "sha256sum", "tr", "cut", "sort", "uniq", "xargs", "find", "stat", "touch",
+	"ip", "ifconfig", "nc", "mke2fs", "blockdev",
 }
 
 // AddHostBinary copies a dynamically linked host program to the same path
