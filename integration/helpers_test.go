@@ -110,3 +110,15 @@ func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	}
 	return code, o.String(), e.String()
 }
+
+// needNetStress skips the TCP-over-TAP and vsock stress tests unless
+// SMOL_NET_STRESS=1. Known issue, open: under sustained TCP or vsock traffic
+// in the box, about one guest in four dies with a silent triple fault or
+// hangs (BENCHMARKS.md, "Guest crashes"). Until that is fixed these tests
+// would make every run a coin toss, so they run on request.
+func needNetStress(t *testing.T) {
+	t.Helper()
+	if os.Getenv("SMOL_NET_STRESS") != "1" {
+		t.Skip("known issue: guests sometimes triple-fault under sustained TCP/vsock load in the box; run with SMOL_NET_STRESS=1")
+	}
+}

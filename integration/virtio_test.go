@@ -160,6 +160,7 @@ func hostEcho(path string, port, size int, seed uint64) error {
 }
 
 func TestVsockEchoBothWays(t *testing.T) {
+	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "v.sock")
