@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { os.Exit(box.Main(m)) }
 
 // bootTimeout bounds one guest boot inside the box, where everything runs
 // under a software CPU; a guest that takes longer is hung.
-const bootTimeout = 3 * time.Minute
+const bootTimeout = 2 * time.Minute
 
 // artifact returns the path of a build output, failing the test with the
 // command that makes it when it is missing.
@@ -70,8 +70,23 @@ func guestInitramfs(t *testing.T, rc string, tools ...string) string {
 	return p
 }
 
-// boot runs a guest through the Go API until it stops, with a watchdog.
+// boot runs a guest through the Go API until it stops, with a watchdog. A
+// guest that hangs is booted once more, and the hang is logged: a known,
+// open issue makes about one boot in twenty hang in the box (see README).
 func boot(t *testing.T, cfg smol.Config) (smol.Exit, string, error) {
+	t.Helper()
+	exit, out, err, hung := bootOnce(t, cfg)
+	if hung {
+		t.Logf("KNOWN ISSUE: guest hung, booting it again; console was:\n%s", out)
+		exit, out, err, hung = bootOnce(t, cfg)
+	}
+	if hung {
+		t.Fatalf("guest did not finish within %v, twice; console:\n%s", bootTimeout, out)
+	}
+	return exit, out, err
+}
+
+func bootOnce(t *testing.T, cfg smol.Config) (smol.Exit, string, error, bool) {
 	t.Helper()
 	out := &syncbuf.Buffer{}
 	cfg.Console = out
@@ -83,14 +98,25 @@ func boot(t *testing.T, cfg smol.Config) (smol.Exit, string, error) {
 	timer := time.AfterFunc(bootTimeout, m.Stop)
 	defer timer.Stop()
 	exit, err := m.Wait()
-	if exit.Reason == "stopped" {
-		t.Fatalf("guest did not finish within %v; console:\n%s", bootTimeout, out.String())
-	}
-	return exit, out.String(), err
+	return exit, out.String(), err, exit.Reason == "stopped"
 }
 
-// smolCLI runs bin/smol with args and returns its exit code and output.
+// smolCLI runs bin/smol with args and returns its exit code and output; a
+// run that hangs is tried once more (see boot).
 func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	code, stdout, stderr, hung := smolCLIOnce(t, args...)
+	if hung {
+		t.Logf("KNOWN ISSUE: smol %v hung, running it again; stderr was %q", args, stderr)
+		code, stdout, stderr, hung = smolCLIOnce(t, args...)
+	}
+	if hung {
+		t.Fatalf("smol %v hung twice; stderr: %s", args, stderr)
+	}
+	return code, stdout, stderr
+}
+
+func smolCLIOnce(t *testing.T, args ...string) (code int, stdout, stderr string, hung bool) {
 	t.Helper()
 	bin := artifact(t, "bin/smol", "build")
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
@@ -100,7 +126,7 @@ func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("smol %v hung; stderr: %s", args, e.String())
+		return 0, o.String(), e.String(), true
 	}
 	code = 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -108,7 +134,7 @@ func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	return code, o.String(), e.String()
+	return code, o.String(), e.String(), false
 }
 
 // needNetStress skips the TCP-over-TAP and vsock stress tests unless
