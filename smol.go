@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/vmm"
 )
@@ -159,6 +160,15 @@ type ExitStat = vmm.ExitStat
 // once the VM has ended. Every exit costs a round trip through the host, so
 // this is where to look when a guest boots or runs slowly.
 func (m *Machine) ExitStats() []ExitStat { return m.vm.ExitStats() }
+
+// KVMStat is one of KVM's own counters for the VM ("vm.remote_tlb_flush")
+// or summed over its vCPUs ("vcpu.exits").
+type KVMStat = kvm.Stat
+
+// KVMStats returns KVM's nonzero counters for the VM, largest first: what
+// the guest did that KVM handled without the VMM (interrupt and page-fault
+// exits, emulated instructions, halts). Valid until Close.
+func (m *Machine) KVMStats() ([]KVMStat, error) { return m.vm.KVMStats() }
 
 // MemoryStats are the guest's own memory statistics, from the balloon.
 type MemoryStats = balloon.Stats

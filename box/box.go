@@ -83,6 +83,12 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 		return -1, err
 	}
 
+	release, err := acquireLock(ctx, os.Stderr)
+	if err != nil {
+		return -1, err
+	}
+	defer release()
+
 	var qemuLog bytes.Buffer
 	logw := io.Writer(&qemuLog)
 	if opts.Log != nil {
@@ -121,7 +127,7 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 		"-serial", "stdio",
 		"-kernel", kernel,
 		"-initrd", initrd,
-		"-append", "console=ttyS0 " + verbosity() + " panic=-1 reboot=t smolbox.job=" + job,
+		"-append", "console=ttyS0 " + verbosity() + " " + tscParams() + " panic=-1 reboot=t smolbox.job=" + job,
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
 	}

@@ -53,3 +53,17 @@ func TestBoxSharesHostFilesAndReturnsStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestHostTSCkHzNeedsConstantTSC(t *testing.T) {
+	cpu := "processor\t: 0\ncpu MHz\t\t: 2596.138\nflags\t\t: fpu tsc constant_tsc nonstop_tsc\n\nprocessor\t: 1\ncpu MHz\t\t: 1.0\n"
+	if khz, ok := hostTSCkHz(strings.NewReader(cpu)); !ok || khz != 2596138 {
+		t.Errorf("hostTSCkHz = %d, %v; want 2596138, true", khz, ok)
+	}
+	variable := strings.Replace(cpu, " constant_tsc", "", 1)
+	if khz, ok := hostTSCkHz(strings.NewReader(variable)); ok {
+		t.Errorf("hostTSCkHz without constant_tsc = %d, true; want not ok", khz)
+	}
+	if _, ok := hostTSCkHz(strings.NewReader("flags\t: constant_tsc\n")); ok {
+		t.Error("hostTSCkHz without cpu MHz is ok; want not ok")
+	}
+}

@@ -365,6 +365,47 @@ func (m *Machine) ExitStats() []ExitStat {
 	return stats
 }
 
+// KVMStats returns KVM's own counters for the VM: its VM-wide statistics
+// and the sum of its vCPUs', nonzero ones only, largest first. They show
+// what the guest did inside the kernel (exits KVM handled itself, page
+// faults, remote TLB flushes), which ExitStats cannot. Valid until Close.
+func (m *Machine) KVMStats() ([]kvm.Stat, error) {
+	if m.vm == nil {
+		return nil, errors.New("the machine has no VM")
+	}
+	sums := map[string]uint64{}
+	var order []string
+	add := func(stats []kvm.Stat, prefix string) {
+		for _, s := range stats {
+			name := prefix + s.Name
+			if _, seen := sums[name]; !seen {
+				order = append(order, name)
+			}
+			sums[name] += s.Value
+		}
+	}
+	vmStats, err := m.vm.Stats()
+	if err != nil {
+		return nil, err
+	}
+	add(vmStats, "vm.")
+	for _, v := range m.vcpus {
+		stats, err := v.fd.Stats()
+		if err != nil {
+			return nil, err
+		}
+		add(stats, "vcpu.")
+	}
+	var out []kvm.Stat
+	for _, name := range order {
+		if sums[name] != 0 {
+			out = append(out, kvm.Stat{Name: name, Value: sums[name]})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Value > out[j].Value })
+	return out, nil
+}
+
 // FirstRun returns when vCPU 0 first entered the guest (zero if not yet).
 func (m *Machine) FirstRun() time.Time {
 	if ns := m.firstRun.Load(); ns != 0 {

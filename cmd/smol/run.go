@@ -99,6 +99,7 @@ func runCommand(args []string) (int, error) {
 	}
 	if *exitStats {
 		printExitStats(m.ExitStats())
+		printKVMStats(m)
 	}
 	if err != nil {
 		return 0, err
@@ -134,6 +135,22 @@ func printExitStats(stats []smol.ExitStat) {
 			break
 		}
 		fmt.Fprintf(os.Stderr, "exit-stats: %8d %-4s %#x\n", s.Count, s.Kind, s.Addr)
+	}
+}
+
+// printKVMStats adds KVM's own counters to --exit-stats: exits KVM handled
+// itself never reach the VMM's counts.
+func printKVMStats(m *smol.Machine) {
+	stats, err := m.KVMStats()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "exit-stats: no KVM statistics: %v\n", err)
+		return
+	}
+	for i, s := range stats {
+		if i == 16 {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "kvm-stats: %12d %s\n", s.Value, s.Name)
 	}
 }
 
