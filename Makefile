@@ -15,7 +15,7 @@ help:
 	@echo "make build         bin/smol (and bin/smolbox)"
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
-	@echo "make guest         build/init, build/nettool and build/initramfs.cpio (the demo guest)"
+	@echo "make guest         build/init, build/nettool, build/initramfs.cpio (the demo guest), build/agent.cpio (the image agent)"
 	@echo "make box RUN='…'   run a shell command inside the test box"
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
@@ -45,8 +45,12 @@ build/init: FORCE
 build/nettool: FORCE
 	$(GO) build -o $@ ./guest/nettool
 
-guest: build/init build/nettool
+build/agent: FORCE
+	$(GO) build -ldflags='-s -w' -o $@ ./guest/agent
+
+guest: build/init build/nettool build/agent
 	$(GO) run ./guest/mkinitramfs -o build/initramfs.cpio -init build/init -rc guest/demo/rc
+	$(GO) run ./guest/mkinitramfs -o build/agent.cpio -init build/agent
 
 box: bin/smolbox bin/smol box-kernel
 	@bin/smolbox '$(RUN)'

@@ -14,27 +14,17 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/smolvm/smol/guest/pid1"
 	"golang.org/x/sys/unix"
 )
 
-// The boot timer port and the value written to it; they must match
-// devices/boottimer.
-const (
-	bootTimerPort  = 0x440
-	bootTimerMagic = 123
-)
-
 func main() {
-	for _, m := range []struct{ src, dst, fstype string }{
-		{"proc", "/proc", "proc"},
-		{"sysfs", "/sys", "sysfs"},
-		{"devtmpfs", "/dev", "devtmpfs"},
-	} {
-		if err := unix.Mount(m.src, m.dst, m.fstype, 0, ""); err != nil && err != unix.EBUSY {
-			fmt.Fprintf(os.Stderr, "init: mount %s: %v\n", m.dst, err)
-		}
+	if err := pid1.MountAll("", pid1.KernelMounts); err != nil {
+		fmt.Fprintf(os.Stderr, "init: %v\n", err)
 	}
-	markUserspace()
+	if err := pid1.MarkUserspace(); err != nil {
+		fmt.Fprintf(os.Stderr, "init: %v\n", err)
+	}
 
 	args := []string{"/bin/sh"}
 	if _, err := os.Stat("/etc/rc"); err == nil {
@@ -49,21 +39,11 @@ func main() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err = cmd.Start(); err != nil {
 			fmt.Fprintf(os.Stderr, "init: %v\n", err)
-			poweroff()
+			pid1.PowerOff()
 		}
 	}
 	reapUntil(cmd.Process.Pid)
-	poweroff()
-}
-
-// markUserspace writes the boot timer port. A failure only costs the
-// measurement: other VMMs have no such port and ignore the write.
-func markUserspace() {
-	if err := unix.Ioperm(bootTimerPort, 1, 1); err != nil {
-		fmt.Fprintf(os.Stderr, "init: ioperm: %v\n", err)
-		return
-	}
-	outb(bootTimerPort, bootTimerMagic)
+	pid1.PowerOff()
 }
 
 // reapUntil reaps every child (PID 1 inherits orphans) until pid exits.
@@ -79,12 +59,3 @@ func reapUntil(pid int) {
 		}
 	}
 }
-
-func poweroff() {
-	unix.Sync()
-	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-	select {} // PID 1 must not exit
-}
-
-// outb writes one byte to an I/O port (outb_amd64.s).
-func outb(port uint16, value uint8)

@@ -1,8 +1,10 @@
-// Command mkinitramfs builds a small guest initramfs: smol's test init as
-// /init, a static busybox for a shell and tools, and an optional /etc/rc that
-// init runs (without one, init starts an interactive shell on the console).
+// Command mkinitramfs builds a small guest initramfs: an init program as
+// /init (smol's test init or its guest agent), a static busybox for a shell
+// and tools, a root account, and an optional /etc/rc that the test init runs
+// (without one, it starts an interactive shell on the console).
 //
 //	mkinitramfs -o build/initramfs.cpio -init build/init -rc guest/demo/rc
+//	mkinitramfs -o build/agent.cpio -init build/agent
 package main
 
 import (
@@ -30,6 +32,11 @@ func main() {
 	if err := a.AddBusybox(*busybox, initramfs.BusyboxApplets...); err != nil {
 		fail(err)
 	}
+	// A root user and group, so that programs (and the agent's user
+	// lookup) find the account they run as.
+	a.AddFile("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"), 0o644)
+	a.AddDir("root", 0o700)
+	a.AddFile("etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"), 0o644)
 	if *rc != "" {
 		if err := a.AddHostFile("etc/rc", *rc); err != nil {
 			fail(err)

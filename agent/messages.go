@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Start asks the agent to run a command.
+type Start struct {
+	Args []string `json:"args"`          // the command; Args[0] is looked up in the command's PATH
+	Env  []string `json:"env,omitempty"` // KEY=VALUE, the whole environment (the agent adds defaults for PATH, HOME, TERM)
+	Dir  string   `json:"dir,omitempty"` // working directory; default "/"
+	User string   `json:"user,omitempty"`
+	// TTY runs the command on a pseudo-terminal of Rows x Cols; its output
+	// then comes as Stdout frames only.
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// Stdin says the host will send stdin; without it the command's stdin
+	// is at EOF from the start.
+	Stdin bool `json:"stdin,omitempty"`
+	// Hostname, if set, becomes the guest's host name.
+	Hostname string `json:"hostname,omitempty"`
+	// PowerOff makes the agent power the VM off once the command ended and
+	// its Exit frame was sent (the command the VM was started for).
+	PowerOff bool `json:"poweroff,omitempty"`
+}
+
+// MaxArgs bounds the arguments and environment entries of a Start.
+const MaxArgs = 1 << 14
+
+// Validate checks a Start that came from the other side.
+func (s *Start) Validate() error {
+	switch {
+	case len(s.Args) == 0:
+		return errors.New("no command given")
+	case len(s.Args) > MaxArgs || len(s.Env) > MaxArgs:
+		return errors.New("too many arguments or environment entries")
+	case s.Args[0] == "":
+		return errors.New("empty command name")
+	}
+	for _, kv := range s.Env {
+		if k, _, ok := cutEnv(kv); !ok || k == "" {
+			return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+		}
+	}
+	return nil
+}
+
+func cutEnv(kv string) (k, v string, ok bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// Exit is the command's end.
+type Exit struct {
+	// Code is the exit status as a shell reports it: the exit code, or
+	// 128+N when signal N killed the command, or 126/127 when it could
+	// not be started (Error then says why).
+	Code   int    `json:"code"`
+	Signal int    `json:"signal,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Winsize is a terminal's size in characters.
+type Winsize struct{ Rows, Cols uint16 }
+
+// EncodeResize and DecodeResize are the Resize frame's payload.
+func EncodeResize(w Winsize) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint16(b[0:], w.Rows)
+	binary.BigEndian.PutUint16(b[2:], w.Cols)
+	return b[:]
+}
+
+// DecodeResize parses a Resize payload.
+func DecodeResize(p []byte) (Winsize, error) {
+	if len(p) != 4 {
+		return Winsize{}, fmt.Errorf("resize frame of %d bytes, want 4", len(p))
+	}
+	return Winsize{Rows: binary.BigEndian.Uint16(p[0:]), Cols: binary.BigEndian.Uint16(p[2:])}, nil
+}
+
+// DecodeStart parses and validates a Start payload.
+func DecodeStart(p []byte) (Start, error) {
+	var s Start
+	if err := json.Unmarshal(p, &s); err != nil {
+		return Start{}, fmt.Errorf("bad start frame: %w", err)
+	}
+	return s, s.Validate()
+}
+
+// DecodeExit parses an Exit payload.
+func DecodeExit(p []byte) (Exit, error) {
+	var e Exit
+	if err := json.Unmarshal(p, &e); err != nil {
+		return Exit{}, fmt.Errorf("bad exit frame: %w", err)
+	}
+	if e.Code < 0 || e.Code > 255 {
+		return Exit{}, fmt.Errorf("bad exit frame: status %d out of range", e.Code)
+	}
+	return e, nil
+}

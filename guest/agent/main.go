@@ -1,0 +1,98 @@
+// Command agent is PID 1 of guests that run OCI images and commands. It
+// mounts the kernel filesystems, switches into the image's root filesystem
+// (a read-only ext4 disk under a tmpfs overlay, so each run writes only to
+// its own memory), connects to the host over vsock, runs the command it is
+// sent with its streams relayed over that connection, and powers the
+// machine off when the command ends. It also serves further commands on
+// vsock port agent.ExecPort.
+//
+// Kernel command line: smol.root=DEVICE names the root disk; without it the
+// command runs in the initramfs itself (the busybox default root).
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/guest/pid1"
+)
+
+func main() {
+	if err := pid1.MountAll("", pid1.KernelMounts); err != nil {
+		fatal(err)
+	}
+	pid1.MarkUserspace() // only a measurement
+	if dev := cmdlineValue("smol.root"); dev != "" {
+		if err := switchRoot(dev); err != nil {
+			fatal(err)
+		}
+	}
+	if err := pid1.MountAll("", runtimeMounts); err != nil {
+		fatal(err)
+	}
+	linkDevices()
+	reaper := pid1.NewReaper()
+
+	go serveExec(reaper)
+	conn, err := dialHost(agent.BootPort, 10*time.Second)
+	if err != nil {
+		fatal(err)
+	}
+	s := &session{conn: conn, reaper: reaper}
+	start := s.serve()
+	if start.PowerOff {
+		pid1.PowerOff()
+	}
+	select {} // the host powers off or sends more commands
+}
+
+// serveExec runs each command that arrives on agent.ExecPort.
+func serveExec(reaper *pid1.Reaper) {
+	l, err := listenVsock(agent.ExecPort)
+	if err != nil {
+		logf("exec port: %v", err)
+		return
+	}
+	for {
+		conn, err := l.accept()
+		if err != nil {
+			logf("exec port: %v", err)
+			return
+		}
+		go func() {
+			s := &session{conn: conn, reaper: reaper}
+			if s.serve().PowerOff {
+				pid1.PowerOff()
+			}
+		}()
+	}
+}
+
+// cmdlineValue returns the value of key=value on the kernel command line.
+func cmdlineValue(key string) string {
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return ""
+	}
+	for _, field := range strings.Fields(string(data)) {
+		if k, v, ok := strings.Cut(field, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// logf writes to the kernel console, which the host shows when a run fails.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "smol-agent: "+format+"\n", args...)
+}
+
+// fatal reports a failure the guest cannot recover from and powers off;
+// the host sees the VM end without an exit status and shows the console.
+func fatal(err error) {
+	logf("%v", err)
+	pid1.PowerOff()
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/guest/pid1"
+	"golang.org/x/sys/unix"
+)
+
+// session is one command on one vsock connection.
+type session struct {
+	conn   *os.File
+	reaper *pid1.Reaper
+	w      *agent.Writer
+}
+
+// outputGrace bounds how long output is still relayed after the command
+// exited: a background process it left behind may hold its stdout open
+// forever.
+const outputGrace = 2 * time.Second
+
+// serve reads the Start frame, runs the command, relays its streams and
+// sends its Exit. It returns the Start (zero if none arrived) once the host
+// has closed the connection or a short wait for that has passed.
+func (s *session) serve() agent.Start {
+	defer s.conn.Close()
+	s.w = agent.NewWriter(s.conn)
+	r := agent.NewReader(s.conn)
+	f, err := r.Read()
+	if err != nil || f.Type != agent.FrameStart {
+		logf("session: no start frame (%v)", err)
+		return agent.Start{}
+	}
+	start, err := agent.DecodeStart(f.Payload)
+	if err != nil {
+		s.exit(agent.Exit{Code: 126, Error: err.Error()})
+		return start
+	}
+	if start.Hostname != "" {
+		unix.Sethostname([]byte(start.Hostname))
+	}
+	s.exit(s.run(start, r))
+	// Wait for the host to read the exit and hang up, so that powering
+	// off cannot overtake the frame still in flight.
+	s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	io.Copy(io.Discard, s.conn)
+	return start
+}
+
+func (s *session) exit(e agent.Exit) {
+	payload, _ := json.Marshal(e)
+	s.w.Write(agent.FrameExit, payload)
+}
+
+// run starts the command and relays until it ended.
+func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
+	proc, err := prepare(start)
+	if err != nil {
+		var se *startError
+		if errors.As(err, &se) {
+			return agent.Exit{Code: se.code, Error: se.msg}
+		}
+		return agent.Exit{Code: 126, Error: err.Error()}
+	}
+	var stdio *stdio
+	if start.TTY {
+		stdio, err = newTTYStdio(start.Rows, start.Cols)
+	} else {
+		stdio, err = newPipeStdio()
+	}
+	if err != nil {
+		return agent.Exit{Code: 126, Error: err.Error()}
+	}
+	defer stdio.close()
+	proc.cmd.Stdin, proc.cmd.Stdout, proc.cmd.Stderr = stdio.child[0], stdio.child[1], stdio.child[2]
+	if start.TTY {
+		proc.cmd.SysProcAttr.Setctty = true
+		proc.cmd.SysProcAttr.Ctty = 0
+	}
+	status, pid, err := s.reaper.Start(func() (int, error) {
+		if err := proc.cmd.Start(); err != nil {
+			return 0, err
+		}
+		return proc.cmd.Process.Pid, nil
+	})
+	if err != nil {
+		return agent.Exit{Code: 126, Error: fmt.Sprintf("%s: %v", start.Args[0], err)}
+	}
+	proc.cmd.Process.Release() // the reaper waits for it
+	stdio.closeChildEnds()
+
+	var relays sync.WaitGroup
+	relays.Add(1)
+	go func() {
+		defer relays.Done()
+		s.w.Pipe(agent.FrameStdout, stdio.stdout)
+	}()
+	if stdio.stderr != nil {
+		relays.Add(1)
+		go func() {
+			defer relays.Done()
+			s.w.Pipe(agent.FrameStderr, stdio.stderr)
+		}()
+	}
+	go s.control(r, stdio, pid, start.TTY)
+
+	ws := <-status
+	drained := make(chan struct{})
+	go func() { relays.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+	}
+	if ws.Signaled() {
+		return agent.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	}
+	return agent.Exit{Code: ws.ExitStatus()}
+}
+
+// control applies the host's stdin, signal and resize frames.
+func (s *session) control(r *agent.Reader, io *stdio, pid int, tty bool) {
+	for {
+		f, err := r.Read()
+		if err != nil {
+			io.closeStdin()
+			return
+		}
+		switch f.Type {
+		case agent.FrameStdin:
+			if _, err := io.stdin.Write(f.Payload); err != nil {
+				io.closeStdin()
+			}
+		case agent.FrameStdinClose:
+			if tty {
+				io.stdin.Write([]byte{4}) // ^D: end of input on a terminal
+			} else {
+				io.closeStdin()
+			}
+		case agent.FrameSignal:
+			if len(f.Payload) == 1 && f.Payload[0] > 0 && f.Payload[0] < 65 {
+				target := pid
+				if tty {
+					target = -pid // the terminal's whole process group
+				}
+				unix.Kill(target, syscall.Signal(f.Payload[0]))
+			}
+		case agent.FrameResize:
+			if ws, err := agent.DecodeResize(f.Payload); err == nil && io.resize != nil {
+				io.resize(ws)
+			}
+		}
+	}
+}
+
+// process is a command ready to start.
+type process struct {
+	cmd *exec.Cmd
+}
+
+// startError is a command that cannot start, with the shell's status for it.
+type startError struct {
+	code int
+	msg  string
+}
+
+func (e *startError) Error() string { return e.msg }
+
+// prepare resolves the user, environment, directory and program of start.
+func prepare(start agent.Start) (*process, error) {
+	u, err := lookupUser(start.User)
+	if err != nil {
+		return nil, &startError{126, err.Error()}
+	}
+	env := defaultEnv(start.Env, u, start.TTY)
+	dir := start.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, &startError{126, fmt.Sprintf("working directory %s does not exist", dir)}
+	}
+	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir)
+	if err != nil {
+		return nil, &startError{127, err.Error()}
+	}
+	cmd := &exec.Cmd{Path: path, Args: start.Args, Env: env, Dir: dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
+	}
+	return &process{cmd: cmd}, nil
+}
