@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-devices demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -20,6 +20,7 @@ help:
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
 	@echo "make bench-boot    smol vs QEMU microvm boot-to-init (N=$(N))"
+	@echo "make bench-image   cached image run vs bare boot (box), and 100 MiB image unpack vs tar+mke2fs"
 	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox
@@ -75,6 +76,11 @@ test: build kernel box-kernel stock-kernel guest
 bench-boot: build kernel box-kernel guest
 	$(GO) build -o bin/bench-boot ./bench/boot
 	@bin/smolbox "bin/bench-boot -n $(N)"
+
+bench-image: build kernel box-kernel guest
+	$(GO) build -o bin/bench-image ./bench/image
+	@bin/bench-image -only unpack -n $(ROUNDS)
+	@bin/smolbox "bin/bench-image -only run -n $(N)"
 
 bench-devices: build kernel box-kernel guest
 	$(GO) build -o bin/bench-devices ./bench/devices

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # install-deps.sh — install what building and testing smol needs on a
 # Debian 12 machine: the kernel build tools and source, QEMU (the test box and
-# the benchmark peer) and a static busybox (tiny guest userlands).
+# the benchmark peer), a static busybox (tiny guest userlands) and e2fsprogs
+# (mke2fs -d builds image root filesystems).
 set -euo pipefail
-pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static)
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

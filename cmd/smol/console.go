@@ -24,11 +24,25 @@ type console struct {
 func attachConsole() (*console, error) {
 	c := &console{escape: make(chan struct{}), restore: func() {}}
 	fd := int(os.Stdin.Fd())
-	saved, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
+	saved, ok := makeRaw(fd)
+	if !ok {
 		// Not a terminal: pass bytes through as they come.
 		c.input = os.Stdin
 		return c, nil
+	}
+	var once sync.Once
+	c.restore = func() { once.Do(func() { unix.IoctlSetTermios(fd, unix.TCSETS, saved) }) }
+	c.input = &escapeReader{r: os.Stdin, escape: c.escape}
+	return c, nil
+}
+
+// makeRaw puts the terminal fd into raw mode (every key goes through, no
+// echo, no signals from ^C) and returns its previous settings; ok is false
+// when fd is not a terminal.
+func makeRaw(fd int) (saved *unix.Termios, ok bool) {
+	saved, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, false
 	}
 	raw := *saved
 	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
@@ -37,13 +51,9 @@ func attachConsole() (*console, error) {
 	raw.Cflag |= unix.CS8
 	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
 	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		c.input = os.Stdin
-		return c, nil
+		return nil, false
 	}
-	var once sync.Once
-	c.restore = func() { once.Do(func() { unix.IoctlSetTermios(fd, unix.TCSETS, saved) }) }
-	c.input = &escapeReader{r: os.Stdin, escape: c.escape}
-	return c, nil
+	return saved, true
 }
 
 // escapeReader passes keys through and watches for Ctrl-A x.

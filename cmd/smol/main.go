@@ -1,7 +1,9 @@
 // Command smol runs Linux microVMs. It is a thin layer over the smol Go
 // package: it parses flags, calls the API and prints.
 //
-//	smol run [--kernel PATH] [--initrd PATH] [--cmdline STR] [--cpus N] [--mem SIZE] [--boot-time]
+//	smol run [flags] [-- COMMAND ARGS...]
+//	smol pull REF
+//	smol images [rm REF]
 package main
 
 import (
@@ -25,8 +27,11 @@ func (e usageError) Error() string { return e.msg }
 const usage = `smol runs Linux microVMs.
 
 Usage:
-  smol run [flags]     boot a kernel with the console attached
-  smol help            show this help
+  smol run [flags] [-- CMD ARGS...]   run a command in a microVM (--image REF for an
+                                     OCI image), or boot a kernel with its console
+  smol pull REF...                   fetch images into the cache
+  smol images [rm REF...]            list or remove cached images
+  smol help                          show this help
 
 Run 'smol run --help' for its flags.
 `
@@ -45,6 +50,16 @@ func run(args []string) int {
 	case "run":
 		var code int
 		code, err = runCommand(args[1:])
+		if err == nil {
+			return code
+		}
+	case "pull", "images":
+		cmd := pullCommand
+		if args[0] == "images" {
+			cmd = imagesCommand
+		}
+		var code int
+		code, err = cmd(args[1:])
 		if err == nil {
 			return code
 		}

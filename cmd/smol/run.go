@@ -17,6 +17,7 @@ import (
 func runCommand(args []string) (int, error) {
 	fs := pflag.NewFlagSet("smol run", pflag.ContinueOnError)
 	fs.SortFlags = false
+	fs.SetInterspersed(false) // flags end at the command: smol run --image x ls -l
 	kernel := fs.String("kernel", "", "Linux kernel: vmlinux (ELF) or bzImage (default: the one 'make kernel' built)")
 	initrd := fs.String("initrd", "", "initramfs to load")
 	cmdline := fs.String("cmdline", "", "extra kernel command line, after smol's defaults ("+smol.DefaultCmdline+")")
@@ -29,8 +30,16 @@ func runCommand(args []string) (int, error) {
 	cid := fs.Uint64("cid", 3, "the guest's vsock context ID")
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
 	exitStats := fs.Bool("exit-stats", false, "print the most frequent vCPU exits on stderr when the VM ends")
+	var w workload
+	fs.StringVar(&w.image, "image", "", "run an OCI image: a registry reference (python:3.12-alpine), a docker-save or OCI-layout tarball, or an OCI-layout directory")
+	fs.StringVar(&w.pull, "pull", "missing", "when to pull --image from its registry: missing, always or never")
+	fs.StringArrayVarP(&w.env, "env", "e", nil, "set KEY=VALUE in the command's environment (KEY alone: the host's value); repeatable")
+	fs.StringVarP(&w.workdir, "workdir", "w", "", "the command's working directory (default: the image's WORKDIR)")
+	fs.StringVarP(&w.user, "user", "u", "", "run as USER[:GROUP] or UID[:GID] (default: the image's USER)")
+	fs.BoolVarP(&w.interactive, "interactive", "i", false, "pass smol's stdin to the command")
+	fs.BoolVarP(&w.tty, "tty", "t", false, "run the command on a terminal in the guest")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: smol run [flags]\n\nBoot a Linux kernel in a microVM with its serial console on this terminal.\nOn a terminal, type Ctrl-A x to stop the VM.\n\nFlags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: smol run [flags] [-- COMMAND [ARG...]]\n\nWith --image or a COMMAND: run the command in a microVM (in the image, or in\nsmol's busybox root) and exit with its status; stdout and stderr stay separate.\n\nWithout: boot a Linux kernel with its serial console on this terminal.\nOn a terminal, type Ctrl-A x to stop the VM.\n\nFlags:\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
@@ -38,8 +47,19 @@ func runCommand(args []string) (int, error) {
 		}
 		return 0, usageError{err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return 0, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	workloadMode := w.image != "" || fs.NArg() > 0
+	if !workloadMode {
+		for _, name := range []string{"pull", "env", "workdir", "user", "interactive", "tty"} {
+			if fs.Changed(name) {
+				return 0, usageError{fmt.Sprintf("--%s needs --image or a command", name)}
+			}
+		}
+	} else {
+		for _, name := range []string{"boot-time", "exit-stats", "vsock", "cid"} {
+			if fs.Changed(name) {
+				return 0, usageError{fmt.Sprintf("--%s cannot be used with --image or a command", name)}
+			}
+		}
 	}
 	memBytes, err := smol.ParseSize(*mem)
 	if err != nil {
@@ -66,6 +86,11 @@ func runCommand(args []string) (int, error) {
 		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}
 	} else if fs.Changed("cid") {
 		return 0, usageError{"--cid needs --vsock"}
+	}
+
+	if workloadMode {
+		w.args, w.cfg = fs.Args(), cfg
+		return w.run()
 	}
 
 	console, err := attachConsole()

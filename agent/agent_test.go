@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	big := bytes.Repeat([]byte("x"), MaxFrame+10)
+	w.Write(FrameStdout, []byte("hello"))
+	w.Write(FrameStdinClose, nil)
+	w.Write(FrameStderr, big)
+	r := NewReader(&buf)
+	want := []Frame{{FrameStdout, []byte("hello")}, {FrameStdinClose, []byte{}}, {FrameStderr, big[:MaxFrame]}, {FrameStderr, big[MaxFrame:]}}
+	for i, wf := range want {
+		f, err := r.Read()
+		if err != nil || f.Type != wf.Type || !bytes.Equal(f.Payload, wf.Payload) {
+			t.Fatalf("frame %d: %v %d bytes, %v; want %v %d bytes", i, f.Type, len(f.Payload), err, wf.Type, len(wf.Payload))
+		}
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("after the last frame: %v, want io.EOF", err)
+	}
+}
+
+func TestHostileFramesAreRefused(t *testing.T) {
+	header := func(t FrameType, n uint32) []byte {
+		b := []byte{byte(t), 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(b[1:], n)
+		return b
+	}
+	if _, err := NewReader(bytes.NewReader(header(FrameStdout, MaxFrame+1))).Read(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("oversized frame: %v, want ErrFrameTooLarge", err)
+	}
+	truncated := append(header(FrameStdout, 10), "abc"...)
+	if _, err := NewReader(bytes.NewReader(truncated)).Read(); err != io.ErrUnexpectedEOF {
+		t.Errorf("truncated frame: %v, want io.ErrUnexpectedEOF", err)
+	}
+	for _, bad := range []string{`{`, `{"args":[]}`, `{"args":[""]}`, `{"args":["x"],"env":["NOEQUALS"]}`} {
+		if _, err := DecodeStart([]byte(bad)); err == nil {
+			t.Errorf("DecodeStart(%s) accepted", bad)
+		}
+	}
+	for _, bad := range []string{`{"code":-1}`, `{"code":256}`, `nope`} {
+		if _, err := DecodeExit([]byte(bad)); err == nil {
+			t.Errorf("DecodeExit(%s) accepted", bad)
+		}
+	}
+	if _, err := DecodeResize([]byte{1, 2, 3}); err == nil {
+		t.Error("DecodeResize of 3 bytes accepted")
+	}
+}
+
+// TestRunRelaysStreamsSignalsAndExit plays the guest side of one session
+// over an in-memory pipe.
+func TestRunRelaysStreamsSignalsAndExit(t *testing.T) {
+	hostEnd, guestEnd := pipePair()
+	signals := make(chan syscall.Signal, 1)
+	signals <- syscall.SIGTERM
+	guestDone := make(chan error, 1)
+	go func() {
+		guestDone <- func() error {
+			r, w := NewReader(guestEnd), NewWriter(guestEnd)
+			f, err := r.Read()
+			if err != nil || f.Type != FrameStart {
+				return errors.New("no start frame")
+			}
+			start, err := DecodeStart(f.Payload)
+			if err != nil || start.Args[0] != "cat" || !start.Stdin {
+				return errors.New("bad start")
+			}
+			var stdin []byte
+			gotSignal := false
+			for !gotSignal || stdin == nil || !bytes.HasSuffix(stdin, []byte("\x00eof")) {
+				f, err := r.Read()
+				if err != nil {
+					return err
+				}
+				switch f.Type {
+				case FrameStdin:
+					stdin = append(stdin, f.Payload...)
+				case FrameStdinClose:
+					stdin = append(stdin, "\x00eof"...)
+				case FrameSignal:
+					gotSignal = len(f.Payload) == 1 && f.Payload[0] == byte(syscall.SIGTERM)
+				}
+			}
+			w.Write(FrameStdout, bytes.TrimSuffix(stdin, []byte("\x00eof")))
+			w.Write(FrameStderr, []byte("warning\n"))
+			return w.Write(FrameExit, []byte(`{"code":143,"signal":15}`))
+		}()
+	}()
+	var stdout, stderr bytes.Buffer
+	exit, err := Run(hostEnd, Start{Args: []string{"cat"}}, Streams{
+		Stdin: strings.NewReader("input"), Stdout: &stdout, Stderr: &stderr, Signals: signals,
+	})
+	if gerr := <-guestDone; gerr != nil {
+		t.Fatalf("guest side: %v", gerr)
+	}
+	if err != nil || exit.Code != 143 || stdout.String() != "input" || stderr.String() != "warning\n" {
+		t.Fatalf("Run = %+v, %v; stdout %q, stderr %q", exit, err, stdout.String(), stderr.String())
+	}
+}
+
+func TestRunReportsAGuestThatHangsUp(t *testing.T) {
+	hostEnd, guestEnd := pipePair()
+	go func() {
+		NewReader(guestEnd).Read()
+		guestEnd.Close()
+	}()
+	if _, err := Run(hostEnd, Start{Args: []string{"true"}}, Streams{}); !errors.Is(err, ErrNoExit) {
+		t.Fatalf("Run = %v, want ErrNoExit", err)
+	}
+}
+
+// pipeEnd is one end of a bidirectional in-memory stream.
+type pipeEnd struct {
+	io.Reader
+	io.WriteCloser
+}
+
+func (p pipeEnd) Close() error { return p.WriteCloser.Close() }
+
+func pipePair() (pipeEnd, pipeEnd) {
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	return pipeEnd{ar, aw}, pipeEnd{br, bw}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add([]byte{6, 0, 0, 0, 2, 'h', 'i', 8, 0, 0, 0, 10, '{', '"', 'c', 'o', 'd', 'e', '"', ':', '0', '}'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewReader(bytes.NewReader(data))
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			if len(f.Payload) > MaxFrame {
+				t.Fatalf("frame of %d bytes accepted", len(f.Payload))
+			}
+			switch f.Type {
+			case FrameStart:
+				DecodeStart(f.Payload)
+			case FrameExit:
+				DecodeExit(f.Payload)
+			case FrameResize:
+				DecodeResize(f.Payload)
+			}
+		}
+	})
+}

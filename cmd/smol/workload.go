@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/imagefs"
+	"golang.org/x/sys/unix"
+)
+
+// workload is `smol run` with an image or a command: the guest agent runs
+// the command and smol exits with its status.
+type workload struct {
+	image       string
+	pull        string
+	env         []string
+	workdir     string
+	user        string
+	interactive bool
+	tty         bool
+	args        []string
+	cfg         smol.Config
+}
+
+// run pulls or finds the image, runs the command and returns its status.
+func (w *workload) run() (int, error) {
+	policy, err := imagefs.ParsePullPolicy(w.pull)
+	if err != nil {
+		return 0, usageError{"--pull: " + err.Error()}
+	}
+	env, err := expandEnv(w.env)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var image *imagefs.Image
+	if w.image != "" {
+		store, err := imagefs.Open(imagefs.DefaultHome())
+		if err != nil {
+			return 0, err
+		}
+		image, err = store.Get(ctx, w.image, imagefs.Options{Pull: policy, Progress: progressWriter()})
+		if err != nil {
+			return 0, err
+		}
+	}
+
+	cmd := smol.Command{Env: env, Dir: w.workdir, User: w.user, TTY: w.tty,
+		Stdout: os.Stdout, Stderr: os.Stderr}
+	if len(w.args) > 0 {
+		cmd.Args = w.args
+	}
+	if w.tty {
+		if ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ); err == nil {
+			cmd.Rows, cmd.Cols = ws.Row, ws.Col
+		}
+	}
+	if w.interactive {
+		cmd.Stdin = os.Stdin
+		if w.tty {
+			if saved, ok := makeRaw(int(os.Stdin.Fd())); ok {
+				defer unix.IoctlSetTermios(int(os.Stdin.Fd()), unix.TCSETS, saved)
+			}
+		}
+	}
+	signals, resize, stop := forwardSignals()
+	defer stop()
+	cmd.Signals, cmd.Resize = signals, resize
+
+	code, err := smol.RunCommand(ctx, w.cfg, image, cmd)
+	var ce *smol.CommandError
+	if errors.As(err, &ce) {
+		fmt.Fprintf(os.Stderr, "smol: %s\n", ce.Msg)
+		return ce.Code, nil
+	}
+	return code, err
+}
+
+// forwardSignals relays the signals a user sends smol (Ctrl-C, kill) to the
+// command, and terminal size changes as resizes.
+func forwardSignals() (<-chan syscall.Signal, <-chan smol.Winsize, func()) {
+	incoming := make(chan os.Signal, 8)
+	signal.Notify(incoming, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
+	signals := make(chan syscall.Signal, 8)
+	resize := make(chan smol.Winsize, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-incoming:
+				sig := s.(syscall.Signal)
+				if sig == unix.SIGWINCH {
+					if ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ); err == nil {
+						select {
+						case resize <- smol.Winsize{Rows: ws.Row, Cols: ws.Col}:
+						default:
+						}
+					}
+					continue
+				}
+				select {
+				case signals <- sig:
+				default:
+				}
+			}
+		}
+	}()
+	return signals, resize, func() { signal.Stop(incoming); close(done) }
+}
+
+// expandEnv reads -e values: KEY=VALUE, or KEY alone for the host's value.
+func expandEnv(values []string) ([]string, error) {
+	var env []string
+	for _, v := range values {
+		key, _, hasValue := strings.Cut(v, "=")
+		if key == "" {
+			return nil, usageError{fmt.Sprintf("-e %q: want KEY=VALUE or KEY", v)}
+		}
+		if hasValue {
+			env = append(env, v)
+		} else if hostValue, ok := os.LookupEnv(key); ok {
+			env = append(env, key+"="+hostValue)
+		}
+	}
+	return env, nil
+}
+
+// progressWriter is where pulls report progress: the terminal, or nowhere.
+func progressWriter() io.Writer {
+	if _, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS); err == nil {
+		return os.Stderr
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package smol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/imagefs"
+	"github.com/smolvm/smol/internal/syncbuf"
+)
+
+// Command is a program for the guest agent to run, with its streams.
+type Command struct {
+	// Args replaces the image's CMD (its ENTRYPOINT stays in front, as
+	// with docker run); nil runs ENTRYPOINT and CMD as the image says.
+	Args []string
+	Env  []string // KEY=VALUE, after (and overriding) the image's ENV
+	Dir  string   // working directory; "" means the image's WORKDIR, else /
+	User string   // USER[:GROUP] or UID[:GID]; "" means the image's USER, else root
+
+	// TTY runs the command on a terminal of Rows x Cols in the guest; its
+	// output then all arrives on Stdout.
+	TTY        bool
+	Rows, Cols uint16
+
+	Stdin          io.Reader // nil: the command's stdin is empty
+	Stdout, Stderr io.Writer // nil discards
+	// Signals are delivered to the command (to its process group with
+	// TTY) while it runs.
+	Signals <-chan syscall.Signal
+	// Resize carries new terminal sizes.
+	Resize <-chan Winsize
+}
+
+// Winsize is a terminal size in characters.
+type Winsize = agent.Winsize
+
+// CommandError is a command that could not be started in the guest (not
+// found, bad user, missing working directory); Code is the status a shell
+// gives for it (126 or 127).
+type CommandError struct {
+	Code int
+	Msg  string
+}
+
+func (e *CommandError) Error() string { return e.Msg }
+
+// agentBootTimeout bounds the wait for the agent's first connection.
+// Generous: the box runs guests under a software CPU.
+const agentBootTimeout = 2 * time.Minute
+
+// RunCommand boots a VM whose root filesystem is image (nil: the busybox
+// root inside the agent's initramfs), runs cmd in it through the guest
+// agent, and returns the command's exit status once the VM has powered off.
+// cfg describes the VM as for Start; its Initrd defaults to the agent's
+// (DefaultAgentInitrd) and it must not ask for a vsock device, which the
+// agent uses. Canceling ctx stops the VM.
+func RunCommand(ctx context.Context, cfg Config, image *imagefs.Image, cmd Command) (int, error) {
+	start, err := startRequest(image, cmd)
+	if err != nil {
+		return 0, err
+	}
+	if cfg.Vsock != nil {
+		return 0, errors.New("a command's VM uses its vsock device for the guest agent; leave Config.Vsock unset")
+	}
+	if cfg.Initrd == "" {
+		if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
+			return 0, err
+		}
+	}
+	if image != nil {
+		cfg.Disks = append([]Disk{{Path: image.Disk, ReadOnly: true, Serial: "smol-root"}}, cfg.Disks...)
+		cfg.Cmdline += " smol.root=/dev/vda"
+	}
+	// Unless the caller wants the console, keep its end: it is the only
+	// clue when the guest fails before the agent reports.
+	var console *syncbuf.Tail
+	if cfg.Console == nil {
+		console = syncbuf.NewTail(16 << 10)
+		cfg.Console = console
+	}
+
+	dir, err := os.MkdirTemp("", "smol-vsock-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg.Vsock = &Vsock{Path: filepath.Join(dir, "v.sock")}
+	l, err := net.Listen("unix", fmt.Sprintf("%s_%d", cfg.Vsock.Path, agent.BootPort))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+
+	m, err := Start(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	stopOnCancel := context.AfterFunc(ctx, m.Stop)
+	defer stopOnCancel()
+
+	conn, err := acceptAgent(l, m)
+	if err != nil {
+		return 0, guestFailure(m, err, console)
+	}
+	exit, err := agent.Run(conn, start, agent.Streams{
+		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		Signals: cmd.Signals, Resize: cmd.Resize,
+	})
+	conn.Close() // the agent powers off once the host hung up
+	if err != nil {
+		return 0, guestFailure(m, err, console)
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(10 * time.Second):
+		m.Stop() // the command is done; a guest slow to power off is cut
+	}
+	if _, err := m.Wait(); err != nil && ctx.Err() == nil {
+		return 0, err
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	if exit.Error != "" {
+		return exit.Code, &CommandError{Code: exit.Code, Msg: exit.Error}
+	}
+	return exit.Code, nil
+}
+
+// startRequest merges the image's configuration and the command.
+func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
+	var ic imagefs.Config
+	if image != nil {
+		ic = image.Config
+	}
+	args := cmd.Args
+	if args == nil {
+		args = ic.Cmd
+	}
+	args = append(append([]string(nil), ic.Entrypoint...), args...)
+	if len(args) == 0 {
+		return agent.Start{}, errors.New("no command: the image has no ENTRYPOINT or CMD; give one after --")
+	}
+	s := agent.Start{
+		Args: args,
+		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
+		Dir:  first(cmd.Dir, ic.WorkingDir),
+		User: first(cmd.User, ic.User),
+		TTY:  cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
+		PowerOff: true,
+	}
+	return s, s.Validate()
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// acceptAgent waits for the agent's connection, or for the VM to end.
+func acceptAgent(l net.Listener, m *Machine) (net.Conn, error) {
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- accepted{c, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.c, a.err
+	case <-m.Done():
+		return nil, errors.New("the VM ended before its agent started")
+	case <-time.After(agentBootTimeout):
+		return nil, fmt.Errorf("the guest agent did not start within %v", agentBootTimeout)
+	}
+}
+
+// guestFailure describes a VM that failed around its agent, with the end
+// of its console when there is one.
+func guestFailure(m *Machine, err error, console *syncbuf.Tail) error {
+	select {
+	case <-m.Done():
+	case <-time.After(2 * time.Second):
+		m.Stop()
+	}
+	if _, crash := m.Wait(); crash != nil {
+		err = crash
+	}
+	if console != nil {
+		if tail := console.String(); tail != "" {
+			return fmt.Errorf("%w; guest console ends with:\n%s", err, tail)
+		}
+	}
+	return err
+}

@@ -1,0 +1,103 @@
+package imagefs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The ref index (refs.json) maps what users type to digests, so that
+// PullMissing can answer from the cache without any network access and List
+// can show names. Keys are "<canonical ref>|<platform>": the canonical form
+// of a registry ref (index.docker.io/library/alpine:latest) or the absolute
+// path of a local source, so "alpine" and "docker.io/library/alpine" share an
+// entry, while each platform of a multi-arch image has its own.
+
+type refIndex struct {
+	Refs map[string]refRecord `json:"refs"`
+}
+
+type refRecord struct {
+	Ref      string    `json:"ref"` // as last typed
+	Digest   string    `json:"digest"`
+	Platform string    `json:"platform"`
+	Updated  time.Time `json:"updated"`
+}
+
+func refKey(canonical, platform string) string { return canonical + "|" + platform }
+
+// refName is the canonical ref part of a key.
+func refName(key string) string {
+	if i := strings.LastIndex(key, "|"); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+func (idx *refIndex) pointsTo(digest string) bool {
+	for _, r := range idx.Refs {
+		if r.Digest == digest {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) refsPath() string { return filepath.Join(s.root, "refs.json") }
+
+// loadRefs reads the index without locking: writers replace the file by
+// rename, so a reader always sees a whole version.
+func (s *Store) loadRefs() (*refIndex, error) {
+	idx := &refIndex{Refs: map[string]refRecord{}}
+	b, err := os.ReadFile(s.refsPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return idx, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, idx); err != nil {
+		return nil, fmt.Errorf("image store: corrupt %s: %w", s.refsPath(), err)
+	}
+	if idx.Refs == nil {
+		idx.Refs = map[string]refRecord{}
+	}
+	return idx, nil
+}
+
+// updateRefs applies fn to the index under refs.lock and writes the result
+// atomically.
+func (s *Store) updateRefs(fn func(*refIndex)) error {
+	l, err := lockFile(context.Background(), filepath.Join(s.root, "refs.lock"))
+	if err != nil {
+		return err
+	}
+	defer l.unlock()
+	idx, err := s.loadRefs()
+	if err != nil {
+		return err
+	}
+	fn(idx)
+	b, err := json.MarshalIndent(idx, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(s.refsPath(), b)
+}
+
+func (s *Store) setRef(key, ref, digest, platform string) error {
+	idx, err := s.loadRefs()
+	if err == nil {
+		if r, ok := idx.Refs[key]; ok && r.Ref == ref && r.Digest == digest {
+			return nil // nothing changes; skip the write
+		}
+	}
+	return s.updateRefs(func(idx *refIndex) {
+		idx.Refs[key] = refRecord{Ref: ref, Digest: digest, Platform: platform, Updated: time.Now().UTC()}
+	})
+}

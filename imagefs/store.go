@@ -1,0 +1,479 @@
+package imagefs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// ErrNotCached is returned (wrapped, with the ref in the message) by Get with
+// PullNever when the image is not in the cache.
+var ErrNotCached = errors.New("image not cached")
+
+// PullPolicy says when Get may contact a registry.
+type PullPolicy string
+
+// Pull policies. They govern registry access only: local sources (tarballs
+// and OCI-layout directories) are always read, because reading them is
+// cheap and involves no network.
+const (
+	PullMissing PullPolicy = "missing" // use the cache when the ref is known, else pull
+	PullAlways  PullPolicy = "always"  // always fetch the manifest (layers only if the digest changed)
+	PullNever   PullPolicy = "never"   // cache only; ErrNotCached otherwise
+)
+
+// ParsePullPolicy parses a --pull flag value; "" means PullMissing.
+func ParsePullPolicy(s string) (PullPolicy, error) {
+	switch p := PullPolicy(strings.ToLower(strings.TrimSpace(s))); p {
+	case "":
+		return PullMissing, nil
+	case PullMissing, PullAlways, PullNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("invalid pull policy %q (want missing, always or never)", s)
+}
+
+// DefaultPlatform is the platform picked from multi-arch images when
+// Options.Platform is empty.
+const DefaultPlatform = "linux/amd64"
+
+// Options tune Get and Pull.
+type Options struct {
+	Pull     PullPolicy // default PullMissing
+	Progress io.Writer  // per-layer progress (bytes, rate); nil = quiet
+	Insecure bool       // allow plain http / unverified TLS for the registry
+	Platform string     // default DefaultPlatform
+}
+
+// Config is the part of the image configuration needed to run it.
+type Config struct {
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// Image is one cached image.
+type Image struct {
+	Ref     string    // as the user typed it ("" for an entry no ref points to)
+	Digest  string    // "sha256:…" of the manifest: the cache key (config digest for docker-save tarballs)
+	Disk    string    // absolute path of the cached read-only ext4 image
+	Size    int64     // bytes of the ext4 file
+	Config  Config    // run configuration
+	Created time.Time // when it was cached
+}
+
+// Store is an on-disk image cache rooted at <home>/images.
+type Store struct {
+	root      string // absolute <home>/images
+	downloads atomic.Int64
+
+	// forceUnprivileged makes the unpacker behave as if not root (tests use
+	// it to exercise the debugfs ownership/mode/device fix-ups).
+	forceUnprivileged bool
+	// stagingRoots are tmpfs directories to unpack in when the image fits
+	// (see staging.go); nil always unpacks next to the entry.
+	stagingRoots []string
+}
+
+// DefaultHome is $SMOL_HOME, else $XDG_DATA_HOME/smol, else
+// ~/.local/share/smol.
+func DefaultHome() string {
+	if h := os.Getenv("SMOL_HOME"); h != "" {
+		return h
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "smol")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "."
+	}
+	return filepath.Join(home, ".local", "share", "smol")
+}
+
+// Open opens (creating as needed) the image store under home and removes
+// leftovers of interrupted pulls that nobody is working on.
+func Open(home string) (*Store, error) {
+	if home == "" {
+		home = DefaultHome()
+	}
+	root, err := filepath.Abs(filepath.Join(home, "images"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{root, filepath.Join(root, "sha256"), filepath.Join(root, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	s := &Store{root: root, stagingRoots: defaultStagingRoots}
+	s.gc()
+	return s, nil
+}
+
+// Downloads counts layer blobs fetched from a registry by this Store.
+func (s *Store) Downloads() int { return int(s.downloads.Load()) }
+
+// Get returns the image for ref, pulling it according to o.Pull.
+func (s *Store) Get(ctx context.Context, ref string, o Options) (*Image, error) {
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if o.Pull == PullAlways {
+		return s.Pull(ctx, ref, o)
+	}
+	if isLocal(ref) {
+		return s.fetch(ctx, ref, o)
+	}
+	r, err := parseRemote(ref, o)
+	if err != nil {
+		return nil, err
+	}
+	if img, ok := s.fromIndex(refKey(r.Name(), o.Platform), ref); ok {
+		return img, nil
+	}
+	if o.Pull == PullNever {
+		return nil, fmt.Errorf("%w: %s (pull policy %q)", ErrNotCached, ref, PullNever)
+	}
+	return s.fetch(ctx, ref, o)
+}
+
+// Pull always fetches the manifest of ref (or reads the local source) and
+// builds the root filesystem unless an entry for its digest is cached.
+func (s *Store) Pull(ctx context.Context, ref string, o Options) (*Image, error) {
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	return s.fetch(ctx, ref, o)
+}
+
+// fetch resolves ref to a digest and returns the cached entry, building it
+// first when needed; the ref index is updated either way.
+func (s *Store) fetch(ctx context.Context, ref string, o Options) (*Image, error) {
+	src, err := s.resolve(ctx, ref, o)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	img, ok := s.entry(src.digest.String())
+	if !ok {
+		if img, err = s.build(ctx, src, o); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.setRef(src.key, ref, src.digest.String(), o.Platform); err != nil {
+		return nil, err
+	}
+	img.Ref = ref
+	return img, nil
+}
+
+// fromIndex returns the cached image the ref index maps key to, if the entry
+// is still complete. It touches no network.
+func (s *Store) fromIndex(key, ref string) (*Image, bool) {
+	idx, err := s.loadRefs()
+	if err != nil {
+		return nil, false
+	}
+	rec, ok := idx.Refs[key]
+	if !ok {
+		return nil, false
+	}
+	img, ok := s.entry(rec.Digest)
+	if !ok {
+		return nil, false
+	}
+	img.Ref = ref
+	return img, true
+}
+
+// List returns one Image per ref in the index whose entry is complete, plus
+// one (with Ref "") per complete entry no ref points to.
+func (s *Store) List() ([]Image, error) {
+	entries, err := s.entries()
+	if err != nil {
+		return nil, err
+	}
+	idx, err := s.loadRefs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Image
+	used := map[string]bool{}
+	for _, rec := range idx.Refs {
+		img, ok := entries[rec.Digest]
+		if !ok {
+			continue
+		}
+		img.Ref = rec.Ref
+		used[rec.Digest] = true
+		out = append(out, img)
+	}
+	for d, img := range entries {
+		if !used[d] {
+			img.Ref = ""
+			out = append(out, img)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Ref != out[j].Ref {
+			return out[i].Ref < out[j].Ref
+		}
+		return out[i].Digest < out[j].Digest
+	})
+	return out, nil
+}
+
+// Remove deletes a ref, or an entry by digest ("sha256:<hex>", "<hex>" or a
+// unique prefix of at least 12 hex characters). Removing a ref also removes
+// its entry when no other ref points to it; removing a digest drops every
+// ref pointing to it.
+func (s *Store) Remove(ref string) error {
+	idx, err := s.loadRefs()
+	if err != nil {
+		return err
+	}
+	// A ref first: as typed, or canonical.
+	var keys []string
+	for k, rec := range idx.Refs {
+		if rec.Ref == ref || refName(k) == ref {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 && !isLocal(ref) {
+		if r, err := parseRemote(ref, Options{}); err == nil {
+			for k := range idx.Refs {
+				if refName(k) == r.Name() {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	if len(keys) > 0 {
+		var digests []string
+		if err := s.updateRefs(func(idx *refIndex) {
+			for _, k := range keys {
+				if rec, ok := idx.Refs[k]; ok {
+					digests = append(digests, rec.Digest)
+					delete(idx.Refs, k)
+				}
+			}
+		}); err != nil {
+			return err
+		}
+		idx, err := s.loadRefs()
+		if err != nil {
+			return err
+		}
+		for _, d := range digests {
+			if !idx.pointsTo(d) {
+				if err := s.removeEntry(d); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	d, err := s.matchDigest(ref)
+	if err != nil {
+		return err
+	}
+	if err := s.updateRefs(func(idx *refIndex) {
+		for k, rec := range idx.Refs {
+			if rec.Digest == d {
+				delete(idx.Refs, k)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return s.removeEntry(d)
+}
+
+// matchDigest finds the one complete entry whose digest is (or starts with)
+// s: a full digest, or at least 12 hex characters with or without "sha256:".
+func (s *Store) matchDigest(q string) (string, error) {
+	hex := strings.TrimPrefix(q, "sha256:")
+	if len(hex) < 12 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("no cached image %q (not a known ref, and not a digest or a prefix of ≥12 hex characters)", q)
+	}
+	entries, err := s.entries()
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for d := range entries {
+		if strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), hex) {
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no cached image %q", q)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("digest prefix %q is ambiguous (%d images)", q, len(found))
+}
+
+func (o Options) normalize() (Options, error) {
+	p, err := ParsePullPolicy(string(o.Pull))
+	if err != nil {
+		return o, err
+	}
+	o.Pull = p
+	if o.Platform == "" {
+		o.Platform = DefaultPlatform
+	}
+	pl, err := v1.ParsePlatform(o.Platform)
+	if err != nil || pl.OS == "" || pl.Architecture == "" {
+		return o, fmt.Errorf("invalid platform %q (want os/arch[/variant], e.g. linux/amd64)", o.Platform)
+	}
+	o.Platform = pl.String()
+	return o, nil
+}
+
+// entryMeta is config.json of a cache entry.
+type entryMeta struct {
+	Ref      string    `json:"ref"`
+	Digest   string    `json:"digest"`
+	Platform string    `json:"platform"`
+	Config   Config    `json:"config"`
+	Created  time.Time `json:"created"`
+}
+
+// entryDir is <root>/<algo>/<hex> for digest "<algo>:<hex>".
+func (s *Store) entryDir(digest string) (string, error) {
+	h, err := v1.NewHash(digest)
+	if err != nil {
+		return "", fmt.Errorf("bad digest %q: %w", digest, err)
+	}
+	return filepath.Join(s.root, h.Algorithm, h.Hex), nil
+}
+
+// entry loads a complete cache entry.
+func (s *Store) entry(digest string) (*Image, bool) {
+	dir, err := s.entryDir(digest)
+	if err != nil {
+		return nil, false
+	}
+	return loadEntry(dir)
+}
+
+func loadEntry(dir string) (*Image, bool) {
+	if _, err := os.Stat(filepath.Join(dir, markerFile)); err != nil {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return nil, false
+	}
+	var m entryMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, false
+	}
+	disk := filepath.Join(dir, diskFile)
+	st, err := os.Stat(disk)
+	if err != nil {
+		return nil, false
+	}
+	return &Image{Ref: m.Ref, Digest: m.Digest, Disk: disk, Size: st.Size(), Config: m.Config, Created: m.Created}, true
+}
+
+// entries maps digest → complete entry for everything in the store.
+func (s *Store) entries() (map[string]Image, error) {
+	out := map[string]Image{}
+	algos, err := os.ReadDir(s.root)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range algos {
+		if !a.IsDir() || a.Name() == "tmp" {
+			continue
+		}
+		des, err := os.ReadDir(filepath.Join(s.root, a.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, de := range des {
+			if !de.IsDir() || strings.Contains(de.Name(), ".") {
+				continue
+			}
+			if img, ok := loadEntry(filepath.Join(s.root, a.Name(), de.Name())); ok {
+				out[img.Digest] = *img
+			}
+		}
+	}
+	return out, nil
+}
+
+// removeEntry deletes an entry under its lock. It first renames the entry
+// to a *.tmp-rm-* name so that it stops looking complete atomically, even if
+// the deletion is interrupted.
+func (s *Store) removeEntry(digest string) error {
+	dir, err := s.entryDir(digest)
+	if err != nil {
+		return err
+	}
+	l, err := lockFile(context.Background(), dir+".lock")
+	if err != nil {
+		return err
+	}
+	defer l.unlock()
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	trash := dir + ".tmp-rm-" + randomSuffix()
+	if err := os.Rename(dir, trash); err != nil {
+		return fmt.Errorf("remove image: %w", err)
+	}
+	syncDir(filepath.Dir(dir))
+	return os.RemoveAll(trash)
+}
+
+// gc removes *.tmp-* directories whose entry lock nobody holds (left by
+// killed processes) and scratch files older than a day. Best effort.
+func (s *Store) gc() {
+	algos, _ := os.ReadDir(s.root)
+	for _, a := range algos {
+		if !a.IsDir() || a.Name() == "tmp" {
+			continue
+		}
+		dir := filepath.Join(s.root, a.Name())
+		des, _ := os.ReadDir(dir)
+		for _, de := range des {
+			base, _, ok := strings.Cut(de.Name(), ".tmp-")
+			if !ok || !de.IsDir() {
+				continue
+			}
+			l, ok := tryLockFile(filepath.Join(dir, base+".lock"))
+			if !ok {
+				continue
+			}
+			os.RemoveAll(filepath.Join(dir, de.Name()))
+			l.unlock()
+		}
+	}
+	gcStaging()
+	tmp := filepath.Join(s.root, "tmp")
+	des, _ := os.ReadDir(tmp)
+	for _, de := range des {
+		if fi, err := de.Info(); err == nil && time.Since(fi.ModTime()) > 24*time.Hour {
+			os.RemoveAll(filepath.Join(tmp, de.Name()))
+		}
+	}
+}

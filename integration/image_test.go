@@ -1,0 +1,345 @@
+package integration
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The image tests serve images from a real registry in this process (in the
+// box, on its loopback) and run them with the smol CLI, as a user would.
+
+// testRegistry is an in-process OCI registry that counts blob downloads.
+type testRegistry struct {
+	host      string
+	blobGets  atomic.Int64
+	requests  atomic.Int64
+	serverURL string
+}
+
+func newTestRegistry(t *testing.T) *testRegistry {
+	t.Helper()
+	r := &testRegistry{}
+	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.requests.Add(1)
+		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/") {
+			r.blobGets.Add(1)
+		}
+		handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	r.serverURL = srv.URL
+	r.host = strings.TrimPrefix(srv.URL, "http://")
+	return r
+}
+
+// push uploads img as repo:tag and returns its reference.
+func (r *testRegistry) push(t *testing.T, repo string, img v1.Image) string {
+	t.Helper()
+	ref := r.host + "/" + repo + ":latest"
+	tag, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+	return ref
+}
+
+// file is one entry of a test layer.
+type file struct {
+	name     string
+	body     string
+	mode     int64
+	typeflag byte
+	linkname string
+	uid      int
+}
+
+// layer builds an uncompressed image layer from entries.
+func layer(t *testing.T, entries ...file) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Mode: e.mode, Typeflag: e.typeflag, Linkname: e.linkname, Uid: e.uid, Gid: e.uid, ModTime: time.Unix(1700000000, 0)}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+			if h.Typeflag == tar.TypeDir {
+				h.Mode = 0o755
+			}
+		}
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			io.WriteString(tw, e.body)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// busyboxLayer is a minimal userland: Debian's static busybox with the
+// applets the tests use, an account "app" (uid 1000) and /tmp.
+func busyboxLayer(t *testing.T) v1.Layer {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("no static busybox: %v", err)
+	}
+	entries := []file{
+		{name: "bin/", typeflag: tar.TypeDir},
+		{name: "bin/busybox", body: string(bb), mode: 0o755},
+		{name: "etc/", typeflag: tar.TypeDir},
+		{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n"},
+		{name: "etc/group", body: "root:x:0:\napp:x:1000:\n"},
+		{name: "home/", typeflag: tar.TypeDir},
+		{name: "home/app/", typeflag: tar.TypeDir, uid: 1000},
+		{name: "root/", typeflag: tar.TypeDir, mode: 0o700},
+		{name: "tmp/", typeflag: tar.TypeDir, mode: 0o1777},
+	}
+	for _, applet := range []string{"sh", "echo", "cat", "ls", "tty", "id", "pwd", "env", "sleep", "test", "true", "false", "touch", "rm"} {
+		entries = append(entries, file{name: "bin/" + applet, typeflag: tar.TypeSymlink, linkname: "busybox"})
+	}
+	return layer(t, entries...)
+}
+
+// image stacks layers into an image with cfg.
+func image(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config = cfg
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// smolRun runs bin/smol with SMOL_HOME=home, optional stdin, and returns
+// its status and streams.
+func smolRun(t *testing.T, home string, stdin io.Reader, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), args...)
+	cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
+	cmd.Stdin = stdin
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("smol %v did not finish within %v; stderr: %s", args, bootTimeout, e.String())
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), o.String(), e.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, o.String(), e.String()
+}
+
+func TestImageRunsCommandsWithSeparateStreamsAndStatus(t *testing.T) {
+	reg := newTestRegistry(t)
+	home := t.TempDir()
+	// Two layers: the second deletes a file (whiteout) and replaces a
+	// directory's contents (opaque directory).
+	lower := layer(t,
+		file{name: "gone.txt", body: "deleted by the upper layer"},
+		file{name: "dir/", typeflag: tar.TypeDir},
+		file{name: "dir/old", body: "hidden by the opaque upper dir"},
+	)
+	upper := layer(t,
+		file{name: ".wh.gone.txt"},
+		file{name: "dir/", typeflag: tar.TypeDir},
+		file{name: "dir/.wh..wh..opq"},
+		file{name: "dir/new", body: "new"},
+	)
+	ref := reg.push(t, "test/layers", image(t, v1.Config{}, busyboxLayer(t), lower, upper))
+
+	code, stdout, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if code != 7 || stdout != "out\n" || !strings.Contains(stderr, "err\n") || strings.Contains(stderr, "out") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 7, \"out\\n\", and err on stderr only", code, stdout, stderr)
+	}
+
+	t.Run("layers", func(t *testing.T) {
+		code, stdout, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "sh", "-c", "test -e /gone.txt && echo gone-present; ls /dir")
+		if code != 0 || stdout != "new\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want only dir/new, and gone.txt deleted", code, stdout, stderr)
+		}
+	})
+	t.Run("cached", func(t *testing.T) {
+		before, blobs := reg.requests.Load(), reg.blobGets.Load()
+		code, _, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "true")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+		if n, b := reg.requests.Load()-before, reg.blobGets.Load()-blobs; n != 0 || b != 0 {
+			t.Fatalf("a cached run made %d registry requests (%d blob downloads), want none", n, b)
+		}
+	})
+	t.Run("writes-are-per-run", func(t *testing.T) {
+		smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "sh", "-c", "echo x > /written; rm /bin/ls")
+		_, stdout, _ := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "sh", "-c", "test -e /written && echo written-present; test -e /bin/ls && echo ls-present")
+		if stdout != "ls-present\n" {
+			t.Fatalf("second run saw %q; want the first run's changes gone", stdout)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		code, stdout, stderr := smolRun(t, home, strings.NewReader("piped-data\n"), "run", "-i", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "cat")
+		if code != 0 || stdout != "piped-data\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want the piped stdin back", code, stdout, stderr)
+		}
+	})
+	t.Run("tty", func(t *testing.T) {
+		code, stdout, stderr := smolRun(t, home, nil, "run", "-t", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "tty")
+		if code != 0 || !regexp.MustCompile(`^/dev/pts/\d+\r?\n$`).MatchString(stdout) {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want a /dev/pts path", code, stdout, stderr)
+		}
+	})
+}
+
+func TestImageConfigIsHonoured(t *testing.T) {
+	reg := newTestRegistry(t)
+	home := t.TempDir()
+	base := busyboxLayer(t)
+	work := layer(t, file{name: "work/", typeflag: tar.TypeDir})
+	entry := reg.push(t, "test/entry", image(t, v1.Config{Entrypoint: []string{"echo", "entry"}, Cmd: []string{"default-cmd"}}, base))
+	env := reg.push(t, "test/env", image(t, v1.Config{
+		Env: []string{"FOO=from-image", "PATH=/bin"}, WorkingDir: "/work", User: "app",
+		Cmd: []string{"sh", "-c", "echo $FOO $BAR; pwd; id -u; id -g"},
+	}, base, work))
+
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"entrypoint and cmd", []string{"--image", entry}, "entry default-cmd\n"},
+		{"args replace cmd", []string{"--image", entry, "--", "given"}, "entry given\n"},
+		{"env workdir user", []string{"--image", env, "-e", "BAR=from-flag"}, "from-image from-flag\n/work\n1000\n1000\n"},
+		{"flags override", []string{"--image", env, "-e", "FOO=flag", "-w", "/tmp", "-u", "0:0"}, "flag\n/tmp\n0\n0\n"},
+		{"default root", []string{"--", "echo", "hello"}, "hello\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := smolRun(t, home, nil, append([]string{"run", "--cpus", "1", "--mem", "256M"}, c.args...)...)
+			if code != 0 || stdout != c.want {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, c.want)
+			}
+		})
+	}
+}
+
+func TestSignalsReachTheCommand(t *testing.T) {
+	reg := newTestRegistry(t)
+	home := t.TempDir()
+	ref := reg.push(t, "test/signal", image(t, v1.Config{}, busyboxLayer(t)))
+	if code, _, stderr := smolRun(t, home, nil, "pull", ref); code != 0 {
+		t.Fatalf("pull: exit %d: %s", code, stderr)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--",
+				"sh", "-c", `trap "echo trapped; exit 42" INT TERM; echo ready; while true; do sleep 0.1; done`)
+			cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			n, _ := io.ReadAtLeast(stdout, buf, len("ready\n"))
+			if string(buf[:n]) != "ready\n" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("command did not start: %q, stderr %s", buf[:n], stderr.String())
+			}
+			cmd.Process.Signal(sig)
+			rest, _ := io.ReadAll(stdout)
+			err = cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code != 42 || string(rest) != "trapped\n" {
+				t.Fatalf("exit %d, output %q, stderr %s; want the guest's trap to run and exit 42", code, rest, stderr.String())
+			}
+		})
+	}
+}
+
+func TestImageBadInput(t *testing.T) {
+	reg := newTestRegistry(t)
+	home := t.TempDir()
+	noCmd := reg.push(t, "test/nocmd", image(t, v1.Config{}, busyboxLayer(t)))
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"image not found", []string{"--image", reg.host + "/test/missing:latest", "--", "true"}, "missing"},
+		{"no command", []string{"--image", noCmd}, "no command"},
+		{"command not found", []string{"--image", noCmd, "--", "nonexistent-program"}, "not found"},
+		{"bad pull policy", []string{"--pull", "sometimes", "--image", noCmd, "--", "true"}, "--pull"},
+		{"not cached with --pull never", []string{"--pull", "never", "--image", reg.host + "/test/other:latest", "--", "true"}, "not"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, stderr := smolRun(t, home, nil, append([]string{"run", "--cpus", "1", "--mem", "256M"}, c.args...)...)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if code == 0 || len(lines) != 1 || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q; want a non-zero exit and one line mentioning %q", code, stderr, c.want)
+			}
+		})
+	}
+}
