@@ -27,6 +27,10 @@ type refRecord struct {
 	Digest   string    `json:"digest"`
 	Platform string    `json:"platform"`
 	Updated  time.Time `json:"updated"`
+	// Size and modification time of a local tarball when it was read, so
+	// an unchanged file need not be read (and unpacked) again.
+	SourceSize  int64 `json:"sourceSize,omitempty"`
+	SourceMtime int64 `json:"sourceMtime,omitempty"`
 }
 
 func refKey(canonical, platform string) string { return canonical + "|" + platform }
@@ -90,14 +94,31 @@ func (s *Store) updateRefs(fn func(*refIndex)) error {
 	return writeFileAtomic(s.refsPath(), b)
 }
 
-func (s *Store) setRef(key, ref, digest, platform string) error {
+func (s *Store) setRef(src *source, ref string) error {
+	rec := refRecord{Ref: ref, Digest: src.digest.String(), Platform: src.platform,
+		SourceSize: src.stampSize, SourceMtime: src.stampMtime}
 	idx, err := s.loadRefs()
 	if err == nil {
-		if r, ok := idx.Refs[key]; ok && r.Ref == ref && r.Digest == digest {
-			return nil // nothing changes; skip the write
+		if r, ok := idx.Refs[src.key]; ok {
+			r.Updated = time.Time{}
+			if r == rec {
+				return nil // nothing changes; skip the write
+			}
 		}
 	}
-	return s.updateRefs(func(idx *refIndex) {
-		idx.Refs[key] = refRecord{Ref: ref, Digest: digest, Platform: platform, Updated: time.Now().UTC()}
-	})
+	rec.Updated = time.Now().UTC()
+	return s.updateRefs(func(idx *refIndex) { idx.Refs[src.key] = rec })
+}
+
+// localStamp identifies the version of a local tarball cheaply.
+func localStamp(path string) (key string, size, mtime int64, ok bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	fi, err := os.Stat(abs)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", 0, 0, false
+	}
+	return abs, fi.Size(), fi.ModTime().UnixNano(), true
 }

@@ -49,6 +49,8 @@ type source struct {
 	digest   v1.Hash // cache key
 	platform string
 	sizeHint int64 // bytes the unpacked image may need; 0 = estimate from the manifest
+	// stampSize/stampMtime identify the version of a local tarball.
+	stampSize, stampMtime int64
 	// open returns the image; ctx bounds the whole build (remote layers are
 	// fetched under it).
 	open    func(ctx context.Context) (v1.Image, error)
@@ -246,11 +248,16 @@ func pickPlatform(what string, ms []v1.Descriptor, want v1.Platform) (v1.Descrip
 // resolveTarball handles `docker save` output (manifest.json) and OCI-layout
 // tarballs (index.json/oci-layout, unpacked to scratch space and read as a
 // layout directory).
-func (s *Store) resolveTarball(file string, o Options) (*source, error) {
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		return nil, err
+func (s *Store) resolveTarball(file string, o Options) (src *source, err error) {
+	abs, size, mtime, ok := localStamp(file)
+	if !ok {
+		return nil, fmt.Errorf("%s: cannot read", file)
 	}
+	defer func() {
+		if src != nil {
+			src.stampSize, src.stampMtime = size, mtime
+		}
+	}()
 	kind, err := sniffTarball(abs)
 	if err != nil {
 		return nil, err

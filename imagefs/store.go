@@ -136,6 +136,18 @@ func (s *Store) Get(ctx context.Context, ref string, o Options) (*Image, error) 
 		return s.Pull(ctx, ref, o)
 	}
 	if isLocal(ref) {
+		// An unchanged tarball we have read before needs no second look.
+		if abs, size, mtime, ok := localStamp(ref); ok {
+			if idx, err := s.loadRefs(); err == nil {
+				rec, ok := idx.Refs[refKey(abs, o.Platform)]
+				if ok && rec.SourceSize == size && rec.SourceMtime == mtime {
+					if img, ok := s.entry(rec.Digest); ok {
+						img.Ref = ref
+						return img, nil
+					}
+				}
+			}
+		}
 		return s.fetch(ctx, ref, o)
 	}
 	r, err := parseRemote(ref, o)
@@ -175,7 +187,7 @@ func (s *Store) fetch(ctx context.Context, ref string, o Options) (*Image, error
 			return nil, err
 		}
 	}
-	if err := s.setRef(src.key, ref, src.digest.String(), o.Platform); err != nil {
+	if err := s.setRef(src, ref); err != nil {
 		return nil, err
 	}
 	img.Ref = ref
@@ -254,12 +266,16 @@ func (s *Store) Remove(ref string) error {
 			keys = append(keys, k)
 		}
 	}
-	if len(keys) == 0 && !isLocal(ref) {
-		if r, err := parseRemote(ref, Options{}); err == nil {
-			for k := range idx.Refs {
-				if refName(k) == r.Name() {
-					keys = append(keys, k)
-				}
+	if len(keys) == 0 {
+		canon := ""
+		if isLocal(ref) {
+			canon, _ = filepath.Abs(ref)
+		} else if r, err := parseRemote(ref, Options{}); err == nil {
+			canon = r.Name()
+		}
+		for k := range idx.Refs {
+			if canon != "" && refName(k) == canon {
+				keys = append(keys, k)
 			}
 		}
 	}

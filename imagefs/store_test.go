@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -403,6 +404,19 @@ func TestDockerSaveAndLayoutSources(t *testing.T) {
 	entries, _ := s.entries()
 	if len(entries) != 2 {
 		t.Errorf("%d entries, want 2 (docker-save keys by config digest)", len(entries))
+	}
+	// An unchanged tarball is not read again: same size and mtime, new
+	// bytes, still served from the cache; a touched one is re-read.
+	fi, _ := os.Stat(saved)
+	junk := make([]byte, fi.Size())
+	if err := os.WriteFile(saved, junk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(saved, fi.ModTime(), fi.ModTime())
+	get(t, s, saved, Options{})
+	os.Chtimes(saved, fi.ModTime().Add(time.Second), fi.ModTime().Add(time.Second))
+	if _, err := s.Get(context.Background(), saved, Options{}); err == nil {
+		t.Error("changed tarball not re-read")
 	}
 	bad := filepath.Join(dir, "bad.tar")
 	os.WriteFile(bad, tarBytes(t, file("hello", "x")), 0o644)

@@ -24,7 +24,10 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 	}{
 		{[]string{"--mem", "lots"}, true, "not a size"},
 		{[]string{"--cpus", "0"}, true, "--cpus 0"},
-		{[]string{"extra"}, true, "unexpected argument"},
+		{[]string{"--tty"}, true, "--tty needs --image or a command"},
+		{[]string{"--exit-stats", "--", "true"}, true, "--exit-stats cannot be used"},
+		{[]string{"--pull", "sometimes", "--", "true"}, true, "--pull"},
+		{[]string{"-e", "=x", "--", "true"}, true, "KEY=VALUE"},
 		{[]string{"--kernel", filepath.Join(dir, "missing")}, false, "no such file"},
 		{[]string{"--kernel", text}, false, "not a Linux kernel"},
 		{[]string{"--kernel", dir}, false, "not a regular file"},
