@@ -14,8 +14,9 @@ import (
 // pullCommand implements `smol pull REF...`: fill the image cache.
 func pullCommand(args []string) (int, error) {
 	fs := pflag.NewFlagSet("smol pull", pflag.ContinueOnError)
+	insecure := fs.Bool("insecure", false, "allow plain http and unverified TLS for the registry (localhost is always allowed http)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: smol pull REF...\n\nFetch images (registry references, docker-save or OCI-layout tarballs, OCI-layout\ndirectories) into smol's image cache (%s).\n", imagefs.DefaultHome())
+		fmt.Fprintf(os.Stderr, "Usage: smol pull [--insecure] REF...\n\nFetch images (registry references, docker-save or OCI-layout tarballs, OCI-layout\ndirectories) into smol's image cache (%s).\n", imagefs.DefaultHome())
 	}
 	if err := fs.Parse(args); err != nil {
 		return 0, flagError(err)
@@ -28,7 +29,7 @@ func pullCommand(args []string) (int, error) {
 		return 0, err
 	}
 	for _, ref := range fs.Args() {
-		img, err := store.Pull(context.Background(), ref, imagefs.Options{Pull: imagefs.PullAlways, Progress: progressWriter()})
+		img, err := store.Pull(context.Background(), ref, imagefs.Options{Pull: imagefs.PullAlways, Insecure: *insecure, Progress: progressWriter()})
 		if err != nil {
 			return 0, err
 		}

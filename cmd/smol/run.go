@@ -33,6 +33,7 @@ func runCommand(args []string) (int, error) {
 	var w workload
 	fs.StringVar(&w.image, "image", "", "run an OCI image: a registry reference (python:3.12-alpine), a docker-save or OCI-layout tarball, or an OCI-layout directory")
 	fs.StringVar(&w.pull, "pull", "missing", "when to pull --image from its registry: missing, always or never")
+	fs.BoolVar(&w.insecure, "insecure", false, "allow plain http and unverified TLS for --image's registry (localhost is always allowed http)")
 	fs.StringArrayVarP(&w.env, "env", "e", nil, "set KEY=VALUE in the command's environment (KEY alone: the host's value); repeatable")
 	fs.StringVarP(&w.workdir, "workdir", "w", "", "the command's working directory (default: the image's WORKDIR)")
 	fs.StringVarP(&w.user, "user", "u", "", "run as USER[:GROUP] or UID[:GID] (default: the image's USER)")
@@ -49,7 +50,7 @@ func runCommand(args []string) (int, error) {
 	}
 	workloadMode := w.image != "" || fs.NArg() > 0
 	if !workloadMode {
-		for _, name := range []string{"pull", "env", "workdir", "user", "interactive", "tty"} {
+		for _, name := range []string{"pull", "insecure", "env", "workdir", "user", "interactive", "tty"} {
 			if fs.Changed(name) {
 				return 0, usageError{fmt.Sprintf("--%s needs --image or a command", name)}
 			}

@@ -20,6 +20,7 @@ import (
 type workload struct {
 	image       string
 	pull        string
+	insecure    bool
 	env         []string
 	workdir     string
 	user        string
@@ -48,7 +49,7 @@ func (w *workload) run() (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		image, err = store.Get(ctx, w.image, imagefs.Options{Pull: policy, Progress: progressWriter()})
+		image, err = store.Get(ctx, w.image, imagefs.Options{Pull: policy, Insecure: w.insecure, Progress: progressWriter()})
 		if err != nil {
 			return 0, err
 		}
