@@ -30,51 +30,52 @@ nettool tcp-echo `+hostIP+`:7000 104857600 1
 nettool tcp-echo `+hostIP+`:7000 1048576 8
 poweroff -f
 `, "build/nettool")
-	in, typer := io.Pipe()
-	out := &syncbuf.Buffer{}
-	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,
-		Console: out, ConsoleInput: in, Net: &smol.Net{TAP: tapName}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if out, err := exec.Command("ip", "addr", "add", hostIP+"/24", "dev", tapName).CombinedOutput(); err != nil {
-		m.Stop()
-		t.Fatalf("configure %s: %v: %s", tapName, err, out)
-	}
-	l, err := net.Listen("tcp", hostIP+":7000")
-	if err != nil {
-		m.Stop()
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
+	retryIfGuestDies(t, func() error {
+		in, typer := io.Pipe()
+		out := &syncbuf.Buffer{}
+		m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,
+			Console: out, ConsoleInput: in, Net: &smol.Net{TAP: tapName}})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if out, err := exec.Command("ip", "addr", "replace", hostIP+"/24", "dev", tapName).CombinedOutput(); err != nil {
+			m.Stop()
+			return fmt.Errorf("configure %s: %v: %s", tapName, err, out)
+		}
+		l, err := net.Listen("tcp", hostIP+":7000")
+		if err != nil {
+			m.Stop()
+			return err
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); io.Copy(c, c) }()
 			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
+		}()
+		if !out.WaitFor("guest-net-up", time.Now().Add(bootTimeout)) {
+			m.Stop()
+			return &guestDied{fmt.Sprintf("guest network not up; console:\n%s", out.String())}
 		}
-	}()
-	deadline := time.Now().Add(bootTimeout)
-	if !out.WaitFor("guest-net-up", deadline) {
-		m.Stop()
-		t.Fatalf("guest network not up; console:\n%s", out.String())
-	}
-	io.WriteString(typer, "go\n")
-	timer := time.AfterFunc(5*time.Minute, m.Stop)
-	defer timer.Stop()
-	exit, err := m.Wait()
-	console := out.String()
-	if err != nil || exit.Reason != "poweroff" {
-		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, console)
-	}
-	for _, want := range []string{"echo-ok 1 connections x 104857600 bytes", "echo-ok 8 connections x 1048576 bytes"} {
-		if !strings.Contains(console, want) {
-			t.Fatalf("want %q; console:\n%s", want, console)
+		io.WriteString(typer, "go\n")
+		timer := time.AfterFunc(5*time.Minute, m.Stop)
+		defer timer.Stop()
+		if err := waitPoweroff(m, out); err != nil {
+			return err
 		}
-	}
+		console := out.String()
+		for _, want := range []string{"echo-ok 1 connections x 104857600 bytes", "echo-ok 8 connections x 1048576 bytes"} {
+			if !strings.Contains(console, want) {
+				return fmt.Errorf("want %q; console:\n%s", want, console)
+			}
+		}
+		return nil
+	})
 }
 
 // rssMiB reads a process's resident memory.

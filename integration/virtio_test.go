@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -162,9 +163,6 @@ func hostEcho(path string, port, size int, seed uint64) error {
 func TestVsockEchoBothWays(t *testing.T) {
 	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "v.sock")
-	echoListener(t, sock+"_5000")
 	initrd := guestInitramfs(t, `nettool serve 6000 &
 sleep 0.2
 echo guest-listening
@@ -172,46 +170,56 @@ nettool echo 2 5000 1048576 1 && nettool echo 2 5000 65536 32
 read line
 poweroff -f
 `, "build/nettool")
-	in, typer := io.Pipe()
-	out := &syncbuf.Buffer{}
-	m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,
-		Console: out, ConsoleInput: in, Vsock: &smol.Vsock{Path: sock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	deadline := time.Now().Add(bootTimeout)
-	if !out.WaitFor("guest-listening", deadline) {
-		m.Stop()
-		t.Fatalf("guest did not start its vsock server; console:\n%s", out.String())
-	}
-	// Host to guest: one 100 MiB stream, then 32 concurrent ones.
-	if err := hostEcho(sock, 6000, 100<<20, 1); err != nil {
-		t.Errorf("host->guest 100 MiB: %v", err)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for i := 0; i < 32; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := hostEcho(sock, 6000, 256<<10, uint64(i)+2); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("host->guest concurrent: %v", err)
-	}
-	// Guest to host.
-	if !out.WaitFor("echo-ok 32 connections", deadline) {
-		t.Errorf("guest->host echo did not finish; console:\n%s", out.String())
-	}
-	io.WriteString(typer, "\n")
-	exit, err := m.Wait()
-	if err != nil || exit.Reason != "poweroff" {
-		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, out.String())
-	}
+	retryIfGuestDies(t, func() error {
+		sock := filepath.Join(t.TempDir(), "v.sock")
+		echoListener(t, sock+"_5000")
+		in, typer := io.Pipe()
+		out := &syncbuf.Buffer{}
+		m, err := smol.Start(smol.Config{Kernel: kernel, Initrd: initrd, CPUs: 2, Memory: 512 << 20,
+			Console: out, ConsoleInput: in, Vsock: &smol.Vsock{Path: sock}})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		timer := time.AfterFunc(5*time.Minute, m.Stop)
+		defer timer.Stop()
+		deadline := time.Now().Add(bootTimeout)
+		if !out.WaitFor("guest-listening", deadline) {
+			m.Stop()
+			return &guestDied{fmt.Sprintf("guest did not start its vsock server; console:\n%s", out.String())}
+		}
+		// Host to guest: one 100 MiB stream, then 32 concurrent ones.
+		var echoErrs []error
+		if err := hostEcho(sock, 6000, 100<<20, 1); err != nil {
+			echoErrs = append(echoErrs, fmt.Errorf("host->guest 100 MiB: %w", err))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for i := 0; i < 32; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := hostEcho(sock, 6000, 256<<10, uint64(i)+2); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			echoErrs = append(echoErrs, fmt.Errorf("host->guest concurrent: %w", err))
+		}
+		// Guest to host.
+		if !out.WaitFor("echo-ok 32 connections", deadline) {
+			echoErrs = append(echoErrs, errors.New("guest->host echo did not finish"))
+		}
+		io.WriteString(typer, "\n")
+		if err := waitPoweroff(m, out); err != nil {
+			return err // a dead guest explains any echo failure
+		}
+		if len(echoErrs) > 0 {
+			return fmt.Errorf("%w; console:\n%s", errors.Join(echoErrs...), out.String())
+		}
+		return nil
+	})
 }
