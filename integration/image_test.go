@@ -2,14 +2,18 @@ package integration
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -24,6 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/agent"
 )
 
 // The image tests serve images from a real registry in this process (in the
@@ -341,5 +347,63 @@ func TestImageBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want a non-zero exit and one line mentioning %q", code, stderr, c.want)
 			}
 		})
+	}
+}
+
+// TestAgentServesExecRequests runs a second command in a running VM over
+// the agent's exec port, the way the machine lifecycle will: a host program
+// connects to the vsock socket and asks for port agent.ExecPort.
+func TestAgentServesExecRequests(t *testing.T) {
+	initrd := artifact(t, "build/agent.cpio", "guest")
+	sock := filepath.Join(t.TempDir(), "v.sock")
+	boot, err := net.Listen("unix", fmt.Sprintf("%s_%d", sock, agent.BootPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer boot.Close()
+	m, err := smol.Start(smol.Config{Kernel: artifact(t, "build/vmlinux", "kernel"), Initrd: initrd, CPUs: 1, Memory: 256 << 20, Vsock: &smol.Vsock{Path: sock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	watchdog := time.AfterFunc(bootTimeout, m.Stop)
+	defer watchdog.Stop()
+
+	// The boot command holds the VM up until it is signalled.
+	bootConn, err := boot.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopBoot := make(chan syscall.Signal, 1)
+	bootExit := make(chan agent.Exit, 1)
+	go func() {
+		exit, _ := agent.Run(bootConn, agent.Start{Args: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"}, PowerOff: true},
+			agent.Streams{Signals: stopBoot})
+		bootConn.Close()
+		bootExit <- exit
+	}()
+
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT %d\n", agent.ExecPort)
+	reply, err := bufio.NewReader(conn).ReadString('\n') // "OK <port>\n"; nothing follows until the agent speaks
+	if err != nil || !strings.HasPrefix(reply, "OK ") {
+		t.Fatalf("CONNECT to the exec port: %q, %v", reply, err)
+	}
+	var stdout bytes.Buffer
+	exit, err := agent.Run(conn, agent.Start{Args: []string{"sh", "-c", "echo exec-ok; exit 3"}}, agent.Streams{Stdout: &stdout})
+	if err != nil || exit.Code != 3 || stdout.String() != "exec-ok\n" {
+		t.Fatalf("exec: %+v, %v, stdout %q; want status 3 and exec-ok", exit, err, stdout.String())
+	}
+
+	stopBoot <- syscall.SIGTERM
+	if e := <-bootExit; e.Code != 0 {
+		t.Fatalf("boot command ended with %+v, want 0", e)
+	}
+	if exit, err := m.Wait(); err != nil || exit.Reason != "poweroff" {
+		t.Fatalf("VM ended with %+v, %v; want poweroff after the boot command", exit, err)
 	}
 }
