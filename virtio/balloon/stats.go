@@ -192,7 +192,7 @@ func (d *Device) RefreshStats(ctx context.Context) (Stats, time.Time, error) {
 	case <-changed:
 		s, at, _ := d.stats.get()
 		return s, at, nil
-	case <-w.done:
+	case <-w.task.Done():
 		return Stats{}, time.Time{}, fmt.Errorf("%w: the device was reset while waiting", ErrStatsUnavailable)
 	case <-ctx.Done():
 		return Stats{}, time.Time{}, fmt.Errorf("balloon: waiting for guest statistics: %w", ctx.Err())

@@ -27,65 +27,42 @@ type worker struct {
 	// fresh statistics; only the worker goroutine touches it.
 	held *virtio.Chain
 
-	kicks    chan struct{} // capacity 1: one pending wake-up covers any number of notifications
-	statsReq chan struct{} // capacity 1: the host wants fresh statistics
-	quit     chan struct{}
-	done     chan struct{}
+	wake     virtio.Wakeup   // the driver notified a queue
+	statsReq virtio.Wakeup   // the host wants fresh statistics
+	quit     <-chan struct{} // the task's stop channel, for checks between requests
+	task     *virtio.Task
 }
 
 func (w *worker) start() {
-	w.kicks = make(chan struct{}, 1)
-	w.statsReq = make(chan struct{}, 1)
-	w.quit = make(chan struct{})
-	w.done = make(chan struct{})
-	go w.run()
+	w.wake, w.statsReq = virtio.NewWakeup(), virtio.NewWakeup()
+	w.task = virtio.Go(w.run)
 }
 
-func (w *worker) kick() {
-	select {
-	case w.kicks <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) kick() { w.wake.Signal() }
 
-func (w *worker) requestStats() {
-	select {
-	case w.statsReq <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) requestStats() { w.statsReq.Signal() }
 
 // stop ends the goroutine and waits for the request in progress.
-func (w *worker) stop() {
-	close(w.quit)
-	<-w.done
-}
+func (w *worker) stop() { w.task.Stop() }
 
-func (w *worker) run() {
-	defer close(w.done)
+func (w *worker) run(stop <-chan struct{}) {
+	w.quit = stop
 	// Serve what the driver posted before DRIVER_OK, whose notifications
 	// the transport dropped: Linux primes the stats queue then.
 	w.drain()
 	for {
 		select {
-		case <-w.quit:
+		case <-stop:
 			return
-		case <-w.kicks:
+		case <-w.wake.C():
 			w.drain()
-		case <-w.statsReq:
+		case <-w.statsReq.C():
 			w.returnStatsBuffer()
 		}
 	}
 }
 
-func (w *worker) stopping() bool {
-	select {
-	case <-w.quit:
-		return true
-	default:
-		return false
-	}
-}
+func (w *worker) stopping() bool { return virtio.Stopped(w.quit) }
 
 // drain serves every queue until it is empty.
 func (w *worker) drain() {

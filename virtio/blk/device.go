@@ -27,14 +27,12 @@ type Device struct {
 	features uint64
 	stats    stats
 
-	// kick carries Notify to the worker; it lives as long as the device
-	// so Notify never races with Activate or Reset over the channel.
-	kick chan struct{}
+	// wake carries Notify to the worker; it lives as long as the device
+	// so Notify never races with Activate or Reset over it.
+	wake virtio.Wakeup
 
-	mu     sync.Mutex // guards the worker's lifecycle (stop, done, active)
-	stop   chan struct{}
-	done   chan struct{}
-	active bool
+	mu   sync.Mutex   // guards the worker's lifecycle
+	task *virtio.Task // the running worker; nil while inactive
 }
 
 var _ virtio.Device = (*Device)(nil)
@@ -57,7 +55,7 @@ func New(disk *Disk, opts Options) (*Device, error) {
 		serial:   serial,
 		config:   buildConfig(disk.Sectors(), disk.ReadOnly()),
 		features: offeredFeatures(disk.ReadOnly()),
-		kick:     make(chan struct{}, 1),
+		wake:     virtio.NewWakeup(),
 	}, nil
 }
 
@@ -114,7 +112,7 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.active {
+	if d.task != nil {
 		return errors.New("blk: activate: already active")
 	}
 	w := &worker{
@@ -131,10 +129,7 @@ func (d *Device) Activate(env virtio.Env) error {
 		serial:       d.serial, // Restore changes it only while inactive
 		stats:        &d.stats,
 	}
-	d.stop = make(chan struct{})
-	d.done = make(chan struct{})
-	d.active = true
-	go w.run(d.stop, d.kick, d.done)
+	d.task = virtio.Go(func(stop <-chan struct{}) { w.run(stop, d.wake.C()) })
 	// Requests may already be waiting (made available before DRIVER_OK,
 	// or pending in a restored snapshot): look once without a Notify.
 	d.Notify(0)
@@ -144,12 +139,8 @@ func (d *Device) Activate(env virtio.Env) error {
 // Notify wakes the worker. It never blocks: one pending wake-up covers any
 // number of notifications, since the worker drains the whole queue.
 func (d *Device) Notify(queue int) {
-	if queue != 0 {
-		return
-	}
-	select {
-	case d.kick <- struct{}{}:
-	default:
+	if queue == 0 {
+		d.wake.Signal()
 	}
 }
 
@@ -159,16 +150,12 @@ func (d *Device) Notify(queue int) {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.active {
+	if d.task == nil {
 		return
 	}
-	close(d.stop)
-	<-d.done
-	d.stop, d.done, d.active = nil, nil, false
-	select { // a stale wake-up must not outlive the queue it was for
-	case <-d.kick:
-	default:
-	}
+	d.task.Stop()
+	d.task = nil
+	d.wake.Clear() // a stale wake-up must not outlive the queue it was for
 }
 
 // Close stops the device and closes its disk, releasing the image lock.

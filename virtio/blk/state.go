@@ -82,7 +82,7 @@ func (d *Device) State() State {
 func (d *Device) Restore(s State) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.active {
+	if d.task != nil {
 		return fmt.Errorf("blk: restore into an active device")
 	}
 	if s.Sectors != d.disk.Sectors() {

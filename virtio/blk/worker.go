@@ -29,8 +29,7 @@ type worker struct {
 }
 
 // run waits for wake-ups and drains the queue until stop is closed.
-func (w *worker) run(stop, kick <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (w *worker) run(stop, kick <-chan struct{}) {
 	for {
 		select {
 		case <-stop:

@@ -32,7 +32,7 @@ type Device struct {
 
 	// Notifications reach the worker through these; they live as long as
 	// the device so Notify never races with Activate or Reset.
-	rxKick, txKick chan struct{}
+	rxWake, txWake virtio.Wakeup
 
 	mu         sync.Mutex // guards everything below
 	mac        [6]byte
@@ -43,9 +43,7 @@ type Device struct {
 	config     [configSize]byte
 	irq        virtio.Interrupter // while active, for link changes
 	cancel     context.CancelFunc
-	stop       chan struct{}
-	done       sync.WaitGroup
-	active     bool
+	task       *virtio.Task // the worker and its backend waiter; nil while inactive
 }
 
 var _ virtio.Device = (*Device)(nil)
@@ -68,8 +66,8 @@ func New(backend Backend, opts Options) (*Device, error) {
 	}
 	return &Device{
 		backend:  backend,
-		rxKick:   make(chan struct{}, 1),
-		txKick:   make(chan struct{}, 1),
+		rxWake:   virtio.NewWakeup(),
+		txWake:   virtio.NewWakeup(),
 		mac:      opts.MAC,
 		mtu:      opts.MTU,
 		linkUp:   true,
@@ -164,7 +162,7 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.active {
+	if d.task != nil {
 		return errors.New("virtio-net: activate: already active")
 	}
 	if err := d.backend.SetOffloads(env.Features & OffloadFeatures); err != nil {
@@ -175,35 +173,21 @@ func (d *Device) Activate(env virtio.Env) error {
 	d.negotiated = env.Features
 	d.irq = env.Interrupt
 	d.cancel = cancel
-	d.stop = make(chan struct{})
-	d.active = true
-	d.done.Add(2)
-	go func() {
-		defer d.done.Done()
-		waitReadable(ctx, d.backend, w.arm, w.readable, &d.stats)
-	}()
-	go func(stop <-chan struct{}) {
-		defer d.done.Done()
-		w.run(stop, d.rxKick, d.txKick)
-	}(d.stop)
+	d.task = virtio.Go(
+		func(<-chan struct{}) { waitReadable(ctx, d.backend, w.arm, w.readable, &d.stats) }, // ends with ctx
+		func(stop <-chan struct{}) { w.run(stop, d.rxWake.C(), d.txWake.C()) },
+	)
 	return nil
 }
 
 // Notify wakes the worker for queue. It never blocks: one pending wake-up
 // covers any number of notifications, since the worker drains the queue.
 func (d *Device) Notify(queue int) {
-	var kick chan struct{}
 	switch queue {
 	case RxQueue:
-		kick = d.rxKick
+		d.rxWake.Signal()
 	case TxQueue:
-		kick = d.txKick
-	default:
-		return
-	}
-	select {
-	case kick <- struct{}{}:
-	default:
+		d.txWake.Signal()
 	}
 }
 
@@ -213,19 +197,15 @@ func (d *Device) Notify(queue int) {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.active {
+	if d.task == nil {
 		return
 	}
 	d.cancel()
-	close(d.stop)
-	d.done.Wait()
-	d.cancel, d.stop, d.irq, d.active = nil, nil, nil, false
-	for _, kick := range []chan struct{}{d.rxKick, d.txKick} {
-		select { // a stale wake-up must not outlive the queues it was for
-		case <-kick:
-		default:
-		}
-	}
+	d.task.Stop()
+	d.cancel, d.task, d.irq = nil, nil, nil
+	// A stale wake-up must not outlive the queues it was for.
+	d.rxWake.Clear()
+	d.txWake.Clear()
 }
 
 // Close stops the device and closes its backend (a TAP then disappears).

@@ -16,59 +16,37 @@ type worker struct {
 	queue   *virtio.Queue
 	irq     virtio.Interrupter
 	entropy io.Reader
-	kicks   chan struct{} // capacity 1: a pending kick covers any number of notifications
-	quit    chan struct{}
-	done    chan struct{}
+	wake    virtio.Wakeup
+	task    *virtio.Task
 }
 
 func startWorker(q *virtio.Queue, irq virtio.Interrupter) *worker {
-	w := &worker{
-		queue:   q,
-		irq:     irq,
-		entropy: rand.Reader,
-		kicks:   make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-	}
-	go w.run()
+	w := &worker{queue: q, irq: irq, entropy: rand.Reader, wake: virtio.NewWakeup()}
+	w.task = virtio.Go(w.run)
 	return w
 }
 
-func (w *worker) kick() {
-	select {
-	case w.kicks <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) kick() { w.wake.Signal() }
 
-func (w *worker) stop() {
-	close(w.quit)
-	<-w.done
-}
+func (w *worker) stop() { w.task.Stop() }
 
-func (w *worker) run() {
-	defer close(w.done)
+func (w *worker) run(stop <-chan struct{}) {
 	// Serve what the driver posted before DRIVER_OK, whose notifications
 	// the transport dropped.
-	w.serve()
+	w.serve(stop)
 	for {
 		select {
-		case <-w.quit:
+		case <-stop:
 			return
-		case <-w.kicks:
-			w.serve()
+		case <-w.wake.C():
+			w.serve(stop)
 		}
 	}
 }
 
 // serve completes every available request.
-func (w *worker) serve() {
-	for {
-		select {
-		case <-w.quit:
-			return
-		default:
-		}
+func (w *worker) serve(stop <-chan struct{}) {
+	for !virtio.Stopped(stop) {
 		c, err := w.queue.Pop()
 		if err != nil {
 			// The queue consumed the bad head; keep serving the rest.

@@ -27,7 +27,7 @@ type Device struct {
 	cfg      Config // CID is authoritative in cid
 	cid      atomic.Uint64
 	listener *listener
-	notify   chan struct{} // Notify's signal to the worker; lives as long as the device
+	notify   virtio.Wakeup // Notify's signal to the worker; lives as long as the device
 
 	mu sync.Mutex
 	w  *worker // nil while inactive
@@ -51,7 +51,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{cfg: cfg, listener: l, notify: make(chan struct{}, 1)}
+	d := &Device{cfg: cfg, listener: l, notify: virtio.NewWakeup()}
 	d.cid.Store(cfg.CID)
 	return d, nil
 }
@@ -114,7 +114,7 @@ func (d *Device) Activate(env virtio.Env) error {
 		irq:        env.Interrupt,
 		mux:        newMuxer(d.CID(), host),
 		host:       host,
-		notify:     d.notify,
+		notify:     d.notify.C(),
 		incoming:   d.listener.incoming,
 		resetCalls: make(chan chan struct{}),
 		stop:       stop,
@@ -132,12 +132,7 @@ func (d *Device) Activate(env virtio.Env) error {
 
 // Notify implements virtio.Device. Every queue wakes the same worker, which
 // looks at all three.
-func (d *Device) Notify(queue int) {
-	select {
-	case d.notify <- struct{}{}:
-	default:
-	}
-}
+func (d *Device) Notify(queue int) { d.notify.Signal() }
 
 // Reset implements virtio.Device: it stops the worker, closes every host
 // connection and waits for all their goroutines. The listener stays: host
