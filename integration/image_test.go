@@ -171,6 +171,28 @@ func image(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
 // its status and streams.
 func smolRun(t *testing.T, home string, stdin io.Reader, args ...string) (int, string, string) {
 	t.Helper()
+	var input []byte
+	if stdin != nil {
+		var err error
+		if input, err = io.ReadAll(stdin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr := smolRunOnce(t, home, input, stdin != nil, args...)
+	if strings.Contains(stderr, "triple-faulted") && strings.Contains(stderr, "rip=0xfff0 ") {
+		// The box's known failure (see boot): run it once more.
+		t.Logf("KNOWN ISSUE: guest triple-faulted, running smol %v again", args)
+		code, stdout, stderr = smolRunOnce(t, home, input, stdin != nil, args...)
+	}
+	return code, stdout, stderr
+}
+
+func smolRunOnce(t *testing.T, home string, input []byte, hasStdin bool, args ...string) (int, string, string) {
+	t.Helper()
+	var stdin io.Reader
+	if hasStdin {
+		stdin = bytes.NewReader(input)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), args...)
