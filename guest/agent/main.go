@@ -36,7 +36,14 @@ func main() {
 	linkDevices()
 	reaper := pid1.NewReaper()
 
-	go serveExec(reaper)
+	// Listen before telling the host we are up: once the boot command
+	// runs, the host may send more.
+	exec, err := listenVsock(agent.ExecPort)
+	if err != nil {
+		logf("exec port: %v", err)
+	} else {
+		go serveExec(exec, reaper)
+	}
 	conn, err := dialHost(agent.BootPort, 10*time.Second)
 	if err != nil {
 		fatal(err)
@@ -50,12 +57,7 @@ func main() {
 }
 
 // serveExec runs each command that arrives on agent.ExecPort.
-func serveExec(reaper *pid1.Reaper) {
-	l, err := listenVsock(agent.ExecPort)
-	if err != nil {
-		logf("exec port: %v", err)
-		return
-	}
+func serveExec(l *vsockListener, reaper *pid1.Reaper) {
 	for {
 		conn, err := l.accept()
 		if err != nil {
