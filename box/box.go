@@ -63,7 +63,7 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 		opts.Stdout = os.Stdout
 	}
 	if opts.CPUs == 0 {
-		opts.CPUs = 2
+		opts.CPUs = defaultCPUs()
 	}
 	if opts.Memory == "" {
 		opts.Memory = "6G"
@@ -230,4 +230,13 @@ func lastLine(s string) string {
 		return "no diagnostics"
 	}
 	return s
+}
+
+// defaultCPUs is the box's vCPU count: $SMOLBOX_CPUS, else 2 (the machines
+// here have 2 cores).
+func defaultCPUs() int {
+	if n, err := strconv.Atoi(os.Getenv("SMOLBOX_CPUS")); err == nil && n > 0 && n <= 64 {
+		return n
+	}
+	return 2
 }
