@@ -222,9 +222,24 @@ func makeExt4(ctx context.Context, staging, out string, st treeStats) error {
 		"-d", staging,
 		out, strconv.FormatInt(size/1024, 10)+"k")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mke2fs: %v: %s", err, bytes.TrimSpace(b))
+		return toolError("mke2fs", err, b, filepath.Dir(out))
 	}
 	return nil
+}
+
+// toolError turns a failed tool's output into one line: the user sees
+// "no space left" plainly, and other messages joined, never a block of
+// text.
+func toolError(tool string, err error, output []byte, dir string) error {
+	text := strings.TrimSpace(string(output))
+	if strings.Contains(text, "No space left on device") {
+		return fmt.Errorf("%s: no space left on device under %s", tool, dir)
+	}
+	lines := strings.Split(text, "\n")
+	if len(lines) > 3 {
+		lines = append(lines[:3], "...")
+	}
+	return fmt.Errorf("%s: %v: %s", tool, err, strings.Join(lines, "; "))
 }
 
 // runDebugfs applies cmds to img. debugfs exits 0 even when commands fail,
@@ -242,7 +257,7 @@ func runDebugfs(ctx context.Context, img string, cmds []string, scratch string) 
 	cmd := exec.CommandContext(ctx, debugfs, "-w", "-f", script, img)
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("debugfs: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return toolError("debugfs", err, stderr.Bytes(), filepath.Dir(img))
 	}
 	var bad []string
 	for _, l := range strings.Split(stderr.String(), "\n") {
