@@ -70,6 +70,14 @@ func isLocal(ref string) bool {
 	return err == nil
 }
 
+// looksLikePath reports a ref that can only have meant a local file: an
+// absolute or ./ ../ path, or a tarball's name. Reporting it missing beats
+// asking Docker Hub for an image called "/tmp/img.tar".
+func looksLikePath(ref string) bool {
+	return strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, "./") || strings.HasPrefix(ref, "../") ||
+		strings.HasSuffix(ref, ".tar") || strings.HasSuffix(ref, ".tar.gz") || strings.HasSuffix(ref, ".tgz")
+}
+
 func parseRemote(ref string, o Options) (name.Reference, error) {
 	var opts []name.Option
 	if o.Insecure {
@@ -91,6 +99,8 @@ func (s *Store) resolve(ctx context.Context, ref string, o Options) (*source, er
 		return s.resolveTarball(ref, o)
 	case err == nil:
 		return nil, fmt.Errorf("%s: not a regular file or directory", ref)
+	case looksLikePath(ref):
+		return nil, fmt.Errorf("%s: no such file or directory", ref)
 	}
 	r, err := parseRemote(ref, o)
 	if err != nil {

@@ -55,3 +55,13 @@ func TestDiskFullLeavesNoEntry(t *testing.T) {
 		t.Errorf("temporary files left behind: %v", leftovers)
 	}
 }
+
+func TestMissingLocalPathIsNotARegistryRef(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	for _, ref := range []string{"/nonexistent/img.tar", "./img", "../img", "img.tar"} {
+		_, err := s.Get(t.Context(), ref, Options{})
+		if err == nil || !strings.Contains(err.Error(), "no such file") {
+			t.Errorf("Get(%q) = %v; want a missing-file error, without asking a registry", ref, err)
+		}
+	}
+}
