@@ -26,6 +26,10 @@ type Options struct {
 	Log io.Writer
 }
 
+// ErrBoxCrashed reports a box that ended before its command did: its own
+// kernel crashed or reset (see README, known issue), not the command.
+var ErrBoxCrashed = errors.New("the box ended without the command's status")
+
 // ErrUnavailable reports that the box cannot start here.
 var ErrUnavailable = errors.New("the test box is not available")
 
@@ -104,7 +108,7 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 		if ctx.Err() != nil {
 			return -1, fmt.Errorf("box: %w", ctx.Err())
 		}
-		return -1, fmt.Errorf("box ended without the command's status (qemu: %v): %s", runErr, lastLine(qemuLog.String()))
+		return -1, fmt.Errorf("%w (qemu: %v): %s", ErrBoxCrashed, runErr, lastLine(qemuLog.String()))
 	}
 	code, err := strconv.Atoi(strings.TrimSpace(string(status)))
 	if err != nil {
@@ -133,13 +137,14 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 	}
 }
 
-// verbosity keeps the box kernel quiet unless SMOLBOX_DEBUG is set, in
-// which case its boot messages show why a box did not come up.
+// verbosity keeps the box kernel quiet, except for the critical messages
+// of a box that crashes (panics, BUG lines), unless SMOLBOX_DEBUG is set,
+// in which case all its messages show why a box did not come up.
 func verbosity() string {
 	if os.Getenv("SMOLBOX_DEBUG") != "" {
 		return "loglevel=7"
 	}
-	return "quiet loglevel=0"
+	return "quiet loglevel=2"
 }
 
 // jobScript sets the command's environment and directory, then runs it.

@@ -31,6 +31,7 @@ stty -F /dev/console -opost -echo 2>/dev/null
 chroot /host /bin/sh "$job/run.sh" </dev/null
 echo $? > "/host$job/status.tmp" && mv "/host$job/status.tmp" "/host$job/status"
 sync
+echo 0 > /proc/sys/kernel/printk # a planned reset is not news
 reboot -f
 `
 
