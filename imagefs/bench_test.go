@@ -46,26 +46,26 @@ func benchImage(b *testing.B) (string, int64) {
 	for i := 0; i < 1500; i++ { // ~27 MiB of small text files in 50 dirs
 		n := 4096 + r.IntN(32768)
 		total += int64(n)
-		l = append(l, ent{name: fmt.Sprintf("usr/share/d%02d/f%04d.txt", i%50, i), body: text(n), mode: 0o644})
+		l = append(l, ent{Name: fmt.Sprintf("usr/share/d%02d/f%04d.txt", i%50, i), Body: text(n), Mode: 0o644})
 	}
 	layers = append(layers, l)
 	l = nil
 	for i := 0; i < 30; i++ { // 30 MiB incompressible
 		total += 1 << 20
-		l = append(l, ent{name: fmt.Sprintf("usr/lib/blob%02d.so", i), body: random(1 << 20), mode: 0o755})
+		l = append(l, ent{Name: fmt.Sprintf("usr/lib/blob%02d.so", i), Body: random(1 << 20), Mode: 0o755})
 	}
 	layers = append(layers, l)
 	l = nil
 	for i := 0; i < 10; i++ { // 30 MiB compressible
 		total += 3 << 20
-		l = append(l, ent{name: fmt.Sprintf("var/data/big%02d.dat", i), body: text(3 << 20), mode: 0o644})
+		l = append(l, ent{Name: fmt.Sprintf("var/data/big%02d.dat", i), Body: text(3 << 20), Mode: 0o644})
 	}
 	layers = append(layers, l)
 	l = nil
 	for i := 0; i < 500; i++ { // 16 MiB more, with links
 		total += 32 << 10
 		p := fmt.Sprintf("opt/app/m%03d", i)
-		l = append(l, ent{name: p, body: text(32 << 10), mode: 0o644, uid: 1000, gid: 1000},
+		l = append(l, ent{Name: p, Body: text(32 << 10), Mode: 0o644, UID: 1000, GID: 1000},
 			symlink(p+".sym", "m"+fmt.Sprint(i)), hardlink(p+".hl", p))
 	}
 	layers = append(layers, l)

@@ -19,80 +19,36 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol/internal/imagetest"
 )
 
-// ent describes one tar member of a test layer.
-type ent struct {
-	name     string
-	typ      byte // tar.Type*; 0 = regular file
-	body     string
-	link     string
-	mode     int64
-	uid, gid int
-	major    int64
-	minor    int64
-	xattrs   map[string]string
-}
+// ent is one tar member of a test layer.
+type ent = imagetest.Entry
 
-func dir(n string) ent        { return ent{name: n, typ: tar.TypeDir, mode: 0o755} }
-func file(n, body string) ent { return ent{name: n, body: body, mode: 0o644} }
-func symlink(n, target string) ent {
-	return ent{name: n, typ: tar.TypeSymlink, link: target, mode: 0o777}
-}
-func hardlink(n, target string) ent {
-	return ent{name: n, typ: tar.TypeLink, link: target, mode: 0o644}
-}
+var (
+	dir      = imagetest.Dir
+	file     = imagetest.File
+	symlink  = imagetest.Symlink
+	hardlink = imagetest.Hardlink
+)
 
 func tarBytes(t testing.TB, ents ...ent) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mt := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, e := range ents {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.link, Mode: mode, Uid: e.uid, Gid: e.gid,
-			ModTime: mt, Devmajor: e.major, Devminor: e.minor, Format: tar.FormatPAX}
-		if typ == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		for k, v := range e.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if typ == tar.TypeReg {
-			if _, err := io.WriteString(tw, e.body); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
+	b, err := imagetest.Tar(ents...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	return b
 }
 
 func layer(t testing.TB, ents ...ent) v1.Layer {
 	t.Helper()
-	b := tarBytes(t, ents...)
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	l, err := imagetest.Layer(ents...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,17 +58,7 @@ func layer(t testing.TB, ents ...ent) v1.Layer {
 // image builds a linux/<arch> image from layers with config c.
 func image(t testing.TB, arch string, c v1.Config, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", arch, c
-	img, err = mutate.ConfigFile(img, cf)
+	img, err := imagetest.Image(arch, c, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,20 +62,20 @@ func TestWhiteoutsAndOpaqueDirs(t *testing.T) {
 func testModesOwners(t *testing.T, unprivileged bool) {
 	reg := newRegistry(t)
 	l := layer(t,
-		ent{name: "bin/", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "bin/su", body: "#!su", mode: 0o4755, uid: 1234, gid: 2345},
-		ent{name: "bin/sg", body: "sg", mode: 0o2711, uid: 0, gid: 42},
+		ent{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "bin/su", Body: "#!su", Mode: 0o4755, UID: 1234, GID: 2345},
+		ent{Name: "bin/sg", Body: "sg", Mode: 0o2711, UID: 0, GID: 42},
 		hardlink("bin/su-link", "bin/su"),
-		ent{name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
-		ent{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "etc/shadow", body: "secret", mode: 0o000},
-		ent{name: "home/u/", typ: tar.TypeDir, mode: 0o500, uid: 100000, gid: 100000},
-		ent{name: "home/u/file", body: "f", mode: 0o400, uid: 100000, gid: 100000},
-		ent{name: "lnk", typ: tar.TypeSymlink, link: "/bin/su", uid: 77, gid: 88},
-		ent{name: "dev/null", typ: tar.TypeChar, major: 1, minor: 3, mode: 0o666},
-		ent{name: "dev/sda", typ: tar.TypeBlock, major: 8, minor: 0, mode: 0o660, gid: 6},
-		ent{name: "run/fifo", typ: tar.TypeFifo, mode: 0o600},
-		ent{name: "cap", body: "c", mode: 0o755, xattrs: map[string]string{"user.smol": "hello"}},
+		ent{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777},
+		ent{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "etc/shadow", Body: "secret", Mode: 0o000},
+		ent{Name: "home/u/", Type: tar.TypeDir, Mode: 0o500, UID: 100000, GID: 100000},
+		ent{Name: "home/u/file", Body: "f", Mode: 0o400, UID: 100000, GID: 100000},
+		ent{Name: "lnk", Type: tar.TypeSymlink, Link: "/bin/su", UID: 77, GID: 88},
+		ent{Name: "dev/null", Type: tar.TypeChar, Major: 1, Minor: 3, Mode: 0o666},
+		ent{Name: "dev/sda", Type: tar.TypeBlock, Major: 8, Minor: 0, Mode: 0o660, GID: 6},
+		ent{Name: "run/fifo", Type: tar.TypeFifo, Mode: 0o600},
+		ent{Name: "cap", Body: "c", Mode: 0o755, Xattrs: map[string]string{"user.smol": "hello"}},
 	)
 	ref := reg.push(t, "test/modes:v1", image(t, "amd64", v1.Config{}, l))
 	s := openStore(t, t.TempDir())

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -24,12 +23,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/internal/imagetest"
 )
 
 // The image tests serve images from a real registry in this process (in the
@@ -74,47 +71,10 @@ func (r *testRegistry) push(t *testing.T, repo string, img v1.Image) string {
 	return ref
 }
 
-// file is one entry of a test layer.
-type file struct {
-	name     string
-	body     string
-	mode     int64
-	typeflag byte
-	linkname string
-	uid      int
-}
-
 // layer builds an uncompressed image layer from entries.
-func layer(t *testing.T, entries ...file) v1.Layer {
+func layer(t *testing.T, entries ...imagetest.Entry) v1.Layer {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Mode: e.mode, Typeflag: e.typeflag, Linkname: e.linkname, Uid: e.uid, Gid: e.uid, ModTime: time.Unix(1700000000, 0)}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-			if h.Typeflag == tar.TypeDir {
-				h.Mode = 0o755
-			}
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			io.WriteString(tw, e.body)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	l, err := imagetest.Layer(entries...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,38 +89,29 @@ func busyboxLayer(t *testing.T) v1.Layer {
 	if err != nil {
 		t.Skipf("no static busybox: %v", err)
 	}
-	entries := []file{
-		{name: "bin/", typeflag: tar.TypeDir},
-		{name: "bin/busybox", body: string(bb), mode: 0o755},
-		{name: "etc/", typeflag: tar.TypeDir},
-		{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n"},
-		{name: "etc/group", body: "root:x:0:\napp:x:1000:\n"},
-		{name: "home/", typeflag: tar.TypeDir},
-		{name: "home/app/", typeflag: tar.TypeDir, uid: 1000},
-		{name: "root/", typeflag: tar.TypeDir, mode: 0o700},
-		{name: "tmp/", typeflag: tar.TypeDir, mode: 0o1777},
+	bin := imagetest.File("bin/busybox", string(bb))
+	bin.Mode = 0o755
+	home := imagetest.Dir("home/app/")
+	home.UID, home.GID = 1000, 1000
+	root, tmp := imagetest.Dir("root/"), imagetest.Dir("tmp/")
+	root.Mode, tmp.Mode = 0o700, 0o1777
+	entries := []imagetest.Entry{
+		imagetest.Dir("bin/"), bin,
+		imagetest.Dir("etc/"),
+		imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n"),
+		imagetest.File("etc/group", "root:x:0:\napp:x:1000:\n"),
+		imagetest.Dir("home/"), home, root, tmp,
 	}
 	for _, applet := range []string{"sh", "echo", "cat", "ls", "tty", "id", "pwd", "env", "sleep", "test", "true", "false", "touch", "rm"} {
-		entries = append(entries, file{name: "bin/" + applet, typeflag: tar.TypeSymlink, linkname: "busybox"})
+		entries = append(entries, imagetest.Symlink("bin/"+applet, "busybox"))
 	}
 	return layer(t, entries...)
 }
 
-// image stacks layers into an image with cfg.
+// image stacks layers into a linux/amd64 image with cfg.
 func image(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
-	cf.Config = cfg
-	img, err = mutate.ConfigFile(img, cf)
+	img, err := imagetest.Image("amd64", cfg, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,15 +178,15 @@ func TestImageRunsCommandsWithSeparateStreamsAndStatus(t *testing.T) {
 	// Two layers: the second deletes a file (whiteout) and replaces a
 	// directory's contents (opaque directory).
 	lower := layer(t,
-		file{name: "gone.txt", body: "deleted by the upper layer"},
-		file{name: "dir/", typeflag: tar.TypeDir},
-		file{name: "dir/old", body: "hidden by the opaque upper dir"},
+		imagetest.File("gone.txt", "deleted by the upper layer"),
+		imagetest.Dir("dir/"),
+		imagetest.File("dir/old", "hidden by the opaque upper dir"),
 	)
 	upper := layer(t,
-		file{name: ".wh.gone.txt"},
-		file{name: "dir/", typeflag: tar.TypeDir},
-		file{name: "dir/.wh..wh..opq"},
-		file{name: "dir/new", body: "new"},
+		imagetest.File(".wh.gone.txt", ""),
+		imagetest.Dir("dir/"),
+		imagetest.File("dir/.wh..wh..opq", ""),
+		imagetest.File("dir/new", "new"),
 	)
 	ref := reg.push(t, "test/layers", image(t, v1.Config{}, busyboxLayer(t), lower, upper))
 
@@ -285,7 +236,7 @@ func TestImageConfigIsHonoured(t *testing.T) {
 	reg := newTestRegistry(t)
 	home := t.TempDir()
 	base := busyboxLayer(t)
-	work := layer(t, file{name: "work/", typeflag: tar.TypeDir})
+	work := layer(t, imagetest.Dir("work/"))
 	entry := reg.push(t, "test/entry", image(t, v1.Config{Entrypoint: []string{"echo", "entry"}, Cmd: []string{"default-cmd"}}, base))
 	env := reg.push(t, "test/env", image(t, v1.Config{
 		Env: []string{"FOO=from-image", "PATH=/bin"}, WorkingDir: "/work", User: "app",

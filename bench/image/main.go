@@ -15,24 +15,22 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"crypto/rand"
 	"flag"
 	"fmt"
-	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol/guest/initramfs"
+	"github.com/smolvm/smol/internal/imagetest"
 )
 
 func main() {
@@ -133,11 +131,11 @@ func benchUnpack(work, smolBin string, n int) {
 func peerUnpack(work string, entries []entry) time.Duration {
 	layerTar := filepath.Join(work, "peer-layer.tar")
 	if _, err := os.Stat(layerTar); err != nil {
-		var buf bytes.Buffer
-		if err := writeTar(&buf, entries); err != nil {
+		data, err := imagetest.Tar(tarEntries(entries)...)
+		if err != nil {
 			fatal(err)
 		}
-		if err := os.WriteFile(layerTar, buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(layerTar, data, 0o644); err != nil {
 			fatal(err)
 		}
 	}
@@ -164,27 +162,12 @@ type entry struct {
 
 // writeImage writes a docker-save tarball of a one-layer image.
 func writeImage(path string, entries []entry, cmd []string) error {
-	var buf bytes.Buffer
-	if err := writeTar(&buf, entries); err != nil {
-		return err
-	}
-	data := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	layer, err := imagetest.Layer(tarEntries(entries)...)
 	if err != nil {
 		return err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := imagetest.Image("amd64", v1.Config{Cmd: cmd, Env: []string{"PATH=/bin"}}, layer)
 	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Cmd: cmd, Env: []string{"PATH=/bin"}}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
 	tag, err := name.NewTag("bench/image:latest")
@@ -194,42 +177,28 @@ func writeImage(path string, entries []entry, cmd []string) error {
 	return tarball.WriteToFile(path, tag, img)
 }
 
-// writeTar writes entries (and their directories, and sh/true links to a
-// busybox when there is one) as an uncompressed tar.
-func writeTar(w io.Writer, entries []entry) error {
-	tw := tar.NewWriter(w)
+// tarEntries is the layer for entries: their directories first, the
+// files, and sh/true links next to a busybox.
+func tarEntries(entries []entry) []imagetest.Entry {
 	dirs := map[string]bool{}
 	for _, e := range entries {
 		for d := filepath.Dir(e.name); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 		}
 	}
-	var dirList []string
-	for d := range dirs {
-		dirList = append(dirList, d)
-	}
-	sort.Strings(dirList)
-	for _, d := range dirList {
-		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-			return err
-		}
+	var out []imagetest.Entry
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		out = append(out, imagetest.Dir(d+"/"))
 	}
 	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: e.mode, Size: int64(len(e.data))}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return err
-		}
+		f := imagetest.File(e.name, string(e.data))
+		f.Mode = e.mode
+		out = append(out, f)
 		if e.name == "bin/busybox" {
-			for _, applet := range []string{"sh", "true"} {
-				if err := tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}); err != nil {
-					return err
-				}
-			}
+			out = append(out, imagetest.Symlink("bin/sh", "busybox"), imagetest.Symlink("bin/true", "busybox"))
 		}
 	}
-	return tw.Close()
+	return out
 }
 
 func timed(smolBin, home string, args ...string) time.Duration {

@@ -36,6 +36,12 @@ func attachConsole() (*console, error) {
 	return c, nil
 }
 
+// isTerminal reports whether fd is a terminal.
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}
+
 // makeRaw puts the terminal fd into raw mode (every key goes through, no
 // echo, no signals from ^C) and returns its previous settings; ok is false
 // when fd is not a terminal.

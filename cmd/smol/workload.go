@@ -139,7 +139,7 @@ func expandEnv(values []string) ([]string, error) {
 
 // progressWriter is where pulls report progress: the terminal, or nowhere.
 func progressWriter() io.Writer {
-	if _, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS); err == nil {
+	if isTerminal(int(os.Stderr.Fd())) {
 		return os.Stderr
 	}
 	return nil

@@ -15,7 +15,6 @@ import (
 	"syscall"
 
 	"github.com/smolvm/smol/guest/pid1"
-	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -34,28 +33,20 @@ func main() {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = []string{"PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/root", "TERM=linux"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		// Without a controlling terminal (no console): run without one.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err = cmd.Start(); err != nil {
-			fmt.Fprintf(os.Stderr, "init: %v\n", err)
-			pid1.PowerOff()
+	exited, _, err := pid1.NewReaper().Start(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			// Without a controlling terminal (no console): run without one.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := cmd.Start(); err != nil {
+				return 0, err
+			}
 		}
+		return cmd.Process.Pid, nil
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "init: %v\n", err)
+		pid1.PowerOff()
 	}
-	reapUntil(cmd.Process.Pid)
+	<-exited // orphans are reaped meanwhile
 	pid1.PowerOff()
-}
-
-// reapUntil reaps every child (PID 1 inherits orphans) until pid exits.
-func reapUntil(pid int) {
-	for {
-		var status unix.WaitStatus
-		got, err := unix.Wait4(-1, &status, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || got == pid {
-			return
-		}
-	}
 }
