@@ -131,10 +131,19 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 		"-serial", "stdio",
 		"-kernel", kernel,
 		"-initrd", initrd,
-		"-append", "console=ttyS0 " + verbosity() + " " + tscParams() + " panic=-1 reboot=t smolbox.job=" + job,
+		"-append", boxCmdline(job),
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
 	}
+}
+
+// boxCmdline is the box kernel's command line. $SMOLBOX_APPEND adds
+// parameters, to try kernel or KVM settings (kvm_amd.npt=0, say) without a
+// rebuild.
+func boxCmdline(job string) string {
+	params := strings.Join([]string{"console=ttyS0", verbosity(), tscParams(), os.Getenv("SMOLBOX_APPEND"),
+		"panic=-1", "reboot=t", "smolbox.job=" + job}, " ")
+	return strings.Join(strings.Fields(params), " ")
 }
 
 // verbosity keeps the box kernel quiet, except for the critical messages

@@ -17,7 +17,6 @@ import (
 )
 
 func TestTCPOverTAPBothWays(t *testing.T) {
-	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	const tapName, hostIP, guestIP = "smoltest0", "10.213.0.1", "10.213.0.2"
 	// A TCP echo server on the host end of the TAP: the guest's 100 MiB go
@@ -63,8 +62,7 @@ poweroff -f
 			return &guestDied{fmt.Sprintf("guest network not up; console:\n%s", out.String())}
 		}
 		io.WriteString(typer, "go\n")
-		timer := time.AfterFunc(5*time.Minute, m.Stop)
-		defer timer.Stop()
+		defer watchGuest(m, out, 3*time.Minute)()
 		if err := waitPoweroff(m, out); err != nil {
 			return err
 		}
