@@ -17,6 +17,7 @@ import (
 )
 
 func TestTCPOverTAPBothWays(t *testing.T) {
+	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	const tapName, hostIP, guestIP = "smoltest0", "10.213.0.1", "10.213.0.2"
 	// A TCP echo server on the host end of the TAP: the guest's 100 MiB go
@@ -101,39 +102,43 @@ echo guest-freed
 read done
 poweroff -f
 `)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), "run", "--initrd", initrd, "--cpus", "2", "--mem", "1G")
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	typer, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(bootTimeout)
-	if !out.WaitFor("guest-filled", deadline) {
-		t.Fatalf("guest did not fill its memory; console:\n%s", out.String())
-	}
-	filled := rssMiB(cmd.Process.Pid)
-	io.WriteString(typer, "go\n")
-	if !out.WaitFor("guest-freed", deadline) {
-		t.Fatalf("guest did not free its memory; console:\n%s", out.String())
-	}
-	// Free page reporting runs a couple of seconds after pages are freed.
-	var now float64
-	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		if now = rssMiB(cmd.Process.Pid); filled-now >= 400 {
-			break
+	smolBin := artifact(t, "bin/smol", "build")
+	retryIfGuestDies(t, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, smolBin, "run", "--initrd", initrd, "--cpus", "2", "--mem", "1G")
+		out := &syncbuf.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		typer, err := cmd.StdinPipe()
+		if err != nil {
+			return err
 		}
-	}
-	io.WriteString(typer, "done\n")
-	cmd.Wait()
-	t.Logf("smol RSS: %.0f MiB with 512 MiB filled, %.0f MiB after the guest freed it", filled, now)
-	if filled < 512 || filled-now < 400 {
-		t.Fatalf("RSS %.0f MiB -> %.0f MiB: want a drop of at least 400 MiB; console:\n%s", filled, now, out.String())
-	}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer cmd.Process.Kill()
+		deadline := time.Now().Add(bootTimeout)
+		if !out.WaitFor("guest-filled", deadline) {
+			return &guestDied{fmt.Sprintf("guest did not fill its memory; console:\n%s", out.String())}
+		}
+		filled := rssMiB(cmd.Process.Pid)
+		io.WriteString(typer, "go\n")
+		if !out.WaitFor("guest-freed", deadline) {
+			return &guestDied{fmt.Sprintf("guest did not free its memory; console:\n%s", out.String())}
+		}
+		// Free page reporting runs a couple of seconds after pages are freed.
+		var now float64
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+			if now = rssMiB(cmd.Process.Pid); filled-now >= 400 {
+				break
+			}
+		}
+		io.WriteString(typer, "done\n")
+		cmd.Wait()
+		t.Logf("smol RSS: %.0f MiB with 512 MiB filled, %.0f MiB after the guest freed it", filled, now)
+		if filled < 512 || filled-now < 400 {
+			return fmt.Errorf("RSS %.0f MiB -> %.0f MiB: want a drop of at least 400 MiB; console:\n%s", filled, now, out.String())
+		}
+		return nil
+	})
 }

@@ -163,6 +163,7 @@ func hostEcho(path string, port, size int, seed uint64, deadline time.Time) erro
 }
 
 func TestVsockEchoBothWays(t *testing.T) {
+	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	initrd := guestInitramfs(t, `nettool serve 6000 &
 sleep 0.2

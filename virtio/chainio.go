@@ -53,6 +53,26 @@ func (r *ChainReader) Discard(n uint64) uint64 {
 	return skipped
 }
 
+// Next returns the host view of up to limit bytes of the next unread part of
+// the readable buffers (never crossing a buffer boundary) and counts them as
+// read, for devices that pass data on without a copy of their own. The view
+// aliases guest memory: use it only for bytes whose value nothing depends
+// on (payload handed to the host as is). It returns nil at the end.
+func (r *ChainReader) Next(limit uint32) ([]byte, error) {
+	if len(r.buffers) == 0 || limit == 0 {
+		return nil, nil
+	}
+	b := r.buffers[0]
+	chunk := min(limit, b.Len-r.off)
+	src, err := r.mem.Slice(b.Addr+uint64(r.off), uint64(chunk))
+	if err != nil {
+		return nil, fmt.Errorf("read chain buffer at %#x: %w", b.Addr, err)
+	}
+	r.advance(chunk)
+	r.read += uint64(chunk)
+	return src, nil
+}
+
 func (r *ChainReader) advance(n uint32) {
 	r.off += n
 	if r.off == r.buffers[0].Len {

@@ -3,6 +3,7 @@ package virtio_test
 import (
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/smolvm/smol/virtio"
@@ -194,6 +195,29 @@ func TestReaderDiscardAndRemaining(t *testing.T) {
 	}
 	if got := r.Discard(5); got != 0 {
 		t.Fatalf("Discard at end = %d", got)
+	}
+}
+
+func TestReaderNextStopsAtBufferBoundaries(t *testing.T) {
+	_, dq, q := newQueuePair(t, queueOpts{})
+	dq.AddChain([][]byte{[]byte("head"), []byte("erbody")}, []uint32{8})
+	r := mustPop(t, q).NewReader()
+	var got []string
+	for {
+		b, err := r.Next(5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			break
+		}
+		got = append(got, string(b))
+	}
+	if strings.Join(got, "|") != "head|erbod|y" || r.BytesRead() != 10 || r.Remaining() != 0 {
+		t.Fatalf("chunks %q, read %d, remaining %d", got, r.BytesRead(), r.Remaining())
+	}
+	if b, err := r.Next(0); b != nil || err != nil {
+		t.Fatalf("Next(0) = %q, %v", b, err)
 	}
 }
 

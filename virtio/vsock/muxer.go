@@ -72,7 +72,8 @@ func (m *muxer) reply(h Header, op Op) {
 }
 
 // guestPacket handles one validated packet from the guest. payload is only
-// read during the call.
+// read during the call, and may be a view of guest memory that the guest
+// changes meanwhile: nothing may depend on its bytes.
 func (m *muxer) guestPacket(h Header, payload []byte, now time.Time) {
 	key := connKey{local: h.DstPort, peer: h.SrcPort}
 	c := m.conns[key]

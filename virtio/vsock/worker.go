@@ -134,9 +134,11 @@ func (w *worker) processTx() (blocked bool) {
 	}
 }
 
-// txPacket copies one packet out of guest memory, validates it and hands it
-// to the muxer. The copy is what the checks apply to: the guest may rewrite
-// its buffers meanwhile.
+// txPacket reads one packet from guest memory, validates it and hands it
+// to the muxer. The header is copied first and the checks apply to that
+// copy, since the guest may rewrite its buffers meanwhile. The payload is
+// only passed on to the host as is, so when it lies in one buffer (as
+// Linux's do) the muxer gets a view of guest memory instead of a copy.
 func (w *worker) txPacket(chain *virtio.Chain) {
 	r := chain.NewReader()
 	hdr := w.packet[:HeaderSize]
@@ -151,8 +153,15 @@ func (w *worker) txPacket(chain *virtio.Chain) {
 		w.mux.refuse(h, err)
 		return
 	}
-	payload := w.packet[HeaderSize : HeaderSize+int(h.Len)]
-	if _, err := io.ReadFull(r, payload); err != nil {
+	payload, err := r.Next(h.Len)
+	if err == nil && uint32(len(payload)) < h.Len {
+		// Spread over several buffers: gather it.
+		buf := w.packet[HeaderSize : HeaderSize+int(h.Len)]
+		n := copy(buf, payload)
+		_, err = io.ReadFull(r, buf[n:])
+		payload = buf
+	}
+	if err != nil {
 		w.mux.refuse(h, ErrPayloadTruncated)
 		return
 	}
