@@ -124,7 +124,7 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 	return []string{
 		"-M", "microvm,rtc=on,acpi=off",
 		"-accel", "tcg,thread=multi",
-		"-cpu", "EPYC,+svm",
+		"-cpu", boxCPU(),
 		"-smp", strconv.Itoa(opts.CPUs),
 		"-m", opts.Memory,
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -135,6 +135,15 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
 	}
+}
+
+// boxCPU is the CPU model QEMU presents to the box: an AMD EPYC with SVM,
+// or $SMOLBOX_QEMU_CPU (QEMU -cpu syntax), to try other emulated features.
+func boxCPU() string {
+	if cpu := os.Getenv("SMOLBOX_QEMU_CPU"); cpu != "" {
+		return cpu
+	}
+	return "EPYC,+svm"
 }
 
 // boxCmdline is the box kernel's command line. $SMOLBOX_APPEND adds
