@@ -49,15 +49,7 @@ poweroff -f
 			return err
 		}
 		defer l.Close()
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); io.Copy(c, c) }()
-			}
-		}()
+		serveEcho(l)
 		if !out.WaitFor("guest-net-up", time.Now().Add(bootTimeout)) {
 			m.Stop()
 			return &guestDied{fmt.Sprintf("guest network not up; console:\n%s", out.String())}

@@ -107,6 +107,11 @@ func echoListener(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
+	serveEcho(l)
+}
+
+// serveEcho echoes every connection l accepts, until l is closed.
+func serveEcho(l net.Listener) {
 	go func() {
 		for {
 			c, err := l.Accept()
