@@ -69,6 +69,21 @@ poweroff -f
 	})
 }
 
+// waitExit waits up to limit for cmd to exit; it kills a process that
+// outlives limit and reports that, or the process's failure.
+func waitExit(cmd *exec.Cmd, limit time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("still running after %v", limit)
+	}
+}
+
 // rssMiB reads a process's resident memory.
 func rssMiB(pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -126,7 +141,11 @@ poweroff -f
 			}
 		}
 		io.WriteString(typer, "done\n")
-		cmd.Wait()
+		// A guest that cannot power off any more was hung, which explains
+		// memory that never came back (free page reporting runs in it).
+		if err := waitExit(cmd, bootTimeout); err != nil {
+			return &guestDied{fmt.Sprintf("after freeing, smol did not power off (%v); RSS %.0f MiB -> %.0f MiB; console:\n%s", err, filled, now, out.String())}
+		}
 		t.Logf("smol RSS: %.0f MiB with 512 MiB filled, %.0f MiB after the guest freed it", filled, now)
 		if filled < 512 || filled-now < 400 {
 			return fmt.Errorf("RSS %.0f MiB -> %.0f MiB: want a drop of at least 400 MiB; console:\n%s", filled, now, out.String())
