@@ -5,52 +5,78 @@ import (
 	"io"
 )
 
-// ChainReader reads a chain's device-readable buffers in order, as one
-// stream. The bytes come straight from guest memory, which the driver may
-// change concurrently: parse what you read from your own copy.
-type ChainReader struct {
+// cursor walks a list of guest buffers as one stream: the position both
+// ChainReader and ChainWriter keep.
+type cursor struct {
 	mem     Memory
 	buffers []Buffer
 	off     uint32 // offset into buffers[0]
-	read    uint64
+	moved   uint64 // bytes passed so far
 }
+
+// next returns the host view of up to limit bytes at the cursor, never
+// crossing a buffer boundary, and moves past them. It returns nil at the
+// end of the buffers or for limit 0. verb names the direction in errors.
+func (c *cursor) next(limit uint64, verb string) ([]byte, error) {
+	if len(c.buffers) == 0 || limit == 0 {
+		return nil, nil
+	}
+	b := c.buffers[0]
+	chunk := min(limit, uint64(b.Len-c.off))
+	view, err := c.mem.Slice(b.Addr+uint64(c.off), chunk)
+	if err != nil {
+		return nil, fmt.Errorf("%s chain buffer at %#x: %w", verb, b.Addr, err)
+	}
+	c.skip(uint32(chunk))
+	return view, nil
+}
+
+// skip moves past n bytes of the first buffer (n no more than it has left).
+func (c *cursor) skip(n uint32) {
+	c.off += n
+	c.moved += uint64(n)
+	if c.off == c.buffers[0].Len {
+		c.buffers = c.buffers[1:]
+		c.off = 0
+	}
+}
+
+// remaining returns the number of bytes after the cursor.
+func (c *cursor) remaining() uint64 {
+	total := uint64(0)
+	for _, b := range c.buffers {
+		total += uint64(b.Len)
+	}
+	return total - uint64(c.off)
+}
+
+// ChainReader reads a chain's device-readable buffers in order, as one
+// stream. The bytes come straight from guest memory, which the driver may
+// change concurrently: parse what you read from your own copy.
+type ChainReader struct{ c cursor }
 
 // NewReader returns a reader over the chain's readable buffers.
 func (c *Chain) NewReader() *ChainReader {
-	return &ChainReader{mem: c.mem, buffers: c.Readable()}
+	return &ChainReader{cursor{mem: c.mem, buffers: c.Readable()}}
 }
 
 // Read implements io.Reader; it returns io.EOF after the last readable byte.
 func (r *ChainReader) Read(p []byte) (int, error) {
 	n := 0
-	for n < len(p) && len(r.buffers) > 0 {
-		b := r.buffers[0]
-		chunk := min(uint64(len(p)-n), uint64(b.Len-r.off))
-		src, err := r.mem.Slice(b.Addr+uint64(r.off), chunk)
+	for n < len(p) {
+		src, err := r.c.next(uint64(len(p)-n), "read")
 		if err != nil {
-			return n, fmt.Errorf("read chain buffer at %#x: %w", b.Addr, err)
+			return n, err
+		}
+		if src == nil {
+			break
 		}
 		n += copy(p[n:], src)
-		r.advance(uint32(chunk))
 	}
-	r.read += uint64(n)
 	if n == 0 && len(p) > 0 {
 		return 0, io.EOF
 	}
 	return n, nil
-}
-
-// Discard skips n readable bytes without copying them; it returns how many
-// it skipped (fewer only at the end of the chain).
-func (r *ChainReader) Discard(n uint64) uint64 {
-	skipped := uint64(0)
-	for skipped < n && len(r.buffers) > 0 {
-		chunk := min(n-skipped, uint64(r.buffers[0].Len-r.off))
-		r.advance(uint32(chunk))
-		skipped += chunk
-	}
-	r.read += skipped
-	return skipped
 }
 
 // Next returns the host view of up to limit bytes of the next unread part of
@@ -59,52 +85,34 @@ func (r *ChainReader) Discard(n uint64) uint64 {
 // aliases guest memory: use it only for bytes whose value nothing depends
 // on (payload handed to the host as is). It returns nil at the end.
 func (r *ChainReader) Next(limit uint32) ([]byte, error) {
-	if len(r.buffers) == 0 || limit == 0 {
-		return nil, nil
-	}
-	b := r.buffers[0]
-	chunk := min(limit, b.Len-r.off)
-	src, err := r.mem.Slice(b.Addr+uint64(r.off), uint64(chunk))
-	if err != nil {
-		return nil, fmt.Errorf("read chain buffer at %#x: %w", b.Addr, err)
-	}
-	r.advance(chunk)
-	r.read += uint64(chunk)
-	return src, nil
+	return r.c.next(uint64(limit), "read")
 }
 
-func (r *ChainReader) advance(n uint32) {
-	r.off += n
-	if r.off == r.buffers[0].Len {
-		r.buffers = r.buffers[1:]
-		r.off = 0
+// Discard skips n readable bytes without copying them; it returns how many
+// it skipped (fewer only at the end of the chain).
+func (r *ChainReader) Discard(n uint64) uint64 {
+	skipped := uint64(0)
+	for skipped < n && len(r.c.buffers) > 0 {
+		chunk := min(n-skipped, uint64(r.c.buffers[0].Len-r.c.off))
+		r.c.skip(uint32(chunk))
+		skipped += chunk
 	}
+	return skipped
 }
 
 // Remaining returns the number of readable bytes not yet read.
-func (r *ChainReader) Remaining() uint64 {
-	total := uint64(0)
-	for _, b := range r.buffers {
-		total += uint64(b.Len)
-	}
-	return total - uint64(r.off)
-}
+func (r *ChainReader) Remaining() uint64 { return r.c.remaining() }
 
 // BytesRead returns how many bytes were read (or discarded) so far.
-func (r *ChainReader) BytesRead() uint64 { return r.read }
+func (r *ChainReader) BytesRead() uint64 { return r.c.moved }
 
 // ChainWriter writes into a chain's device-writable buffers in order, as one
 // stream, and counts the bytes for Push.
-type ChainWriter struct {
-	mem     Memory
-	buffers []Buffer
-	off     uint32
-	written uint32
-}
+type ChainWriter struct{ c cursor }
 
 // NewWriter returns a writer over the chain's writable buffers.
 func (c *Chain) NewWriter() *ChainWriter {
-	return &ChainWriter{mem: c.mem, buffers: c.Writable()}
+	return &ChainWriter{cursor{mem: c.mem, buffers: c.Writable()}}
 }
 
 // Write implements io.Writer. Bytes beyond the writable buffers are not
@@ -112,18 +120,15 @@ func (c *Chain) NewWriter() *ChainWriter {
 // io.ErrShortWrite.
 func (w *ChainWriter) Write(p []byte) (int, error) {
 	n := 0
-	for n < len(p) && len(w.buffers) > 0 {
-		b := w.buffers[0]
-		chunk := min(uint64(len(p)-n), uint64(b.Len-w.off))
-		dst, err := w.mem.Slice(b.Addr+uint64(w.off), chunk)
+	for n < len(p) {
+		dst, err := w.c.next(uint64(len(p)-n), "write")
 		if err != nil {
-			return n, fmt.Errorf("write chain buffer at %#x: %w", b.Addr, err)
+			return n, err
+		}
+		if dst == nil {
+			return n, fmt.Errorf("chain has room for %d of %d bytes: %w", n, len(p), io.ErrShortWrite)
 		}
 		n += copy(dst, p[n:])
-		w.advance(uint32(chunk))
-	}
-	if n < len(p) {
-		return n, fmt.Errorf("chain has room for %d of %d bytes: %w", n, len(p), io.ErrShortWrite)
 	}
 	return n, nil
 }
@@ -133,36 +138,12 @@ func (w *ChainWriter) Write(p []byte) (int, error) {
 // written, for devices that fill guest memory directly (e.g. io.ReadFull into
 // it). It returns nil at the end of the buffers.
 func (w *ChainWriter) Next(limit uint32) ([]byte, error) {
-	if len(w.buffers) == 0 || limit == 0 {
-		return nil, nil
-	}
-	b := w.buffers[0]
-	chunk := min(limit, b.Len-w.off)
-	dst, err := w.mem.Slice(b.Addr+uint64(w.off), uint64(chunk))
-	if err != nil {
-		return nil, fmt.Errorf("write chain buffer at %#x: %w", b.Addr, err)
-	}
-	w.advance(chunk)
-	return dst, nil
-}
-
-func (w *ChainWriter) advance(n uint32) {
-	w.off += n
-	w.written += n
-	if w.off == w.buffers[0].Len {
-		w.buffers = w.buffers[1:]
-		w.off = 0
-	}
+	return w.c.next(uint64(limit), "write")
 }
 
 // Written returns the number of bytes written so far, the value for Push.
-func (w *ChainWriter) Written() uint32 { return w.written }
+// It fits in 32 bits: Pop bounds a chain's total length.
+func (w *ChainWriter) Written() uint32 { return uint32(w.c.moved) }
 
 // Remaining returns the number of writable bytes not yet written.
-func (w *ChainWriter) Remaining() uint64 {
-	total := uint64(0)
-	for _, b := range w.buffers {
-		total += uint64(b.Len)
-	}
-	return total - uint64(w.off)
-}
+func (w *ChainWriter) Remaining() uint64 { return w.c.remaining() }
