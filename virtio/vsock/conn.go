@@ -97,12 +97,12 @@ type conn struct {
 	ctrlBytes      int    // bytes queued to the host that are not stream data ("OK <port>\n")
 
 	// Host to guest. The device spends the guest's credit.
-	pending       []byte // read from the host, not yet sent to the guest
-	txCnt         uint32 // payload bytes sent to the guest
-	peerBufAlloc  uint32 // the guest's buffer for this connection
-	peerFwdCnt    uint32 // bytes the guest has consumed of what we sent
-	readPermitted bool   // the reader holds a permit to read one chunk
-	hostEOF       bool   // the host will send no more
+	pending       chunkQueue // read from the host, not yet sent to the guest
+	txCnt         uint32     // payload bytes sent to the guest
+	peerBufAlloc  uint32     // the guest's buffer for this connection
+	peerFwdCnt    uint32     // bytes the guest has consumed of what we sent
+	readPermitted bool       // the reader holds a permit to read one chunk
+	hostEOF       bool       // the host will send no more
 
 	peerShutdown  uint32 // Shutdown* flags the guest sent
 	localShutdown uint32 // Shutdown* flags the device sent
@@ -187,7 +187,7 @@ func (c *conn) finished() bool {
 // shutdownDue reports whether the device should tell the guest it will send
 // no more: the host reached EOF and every byte before it went to the guest.
 func (c *conn) shutdownDue() bool {
-	return c.hostEOF && len(c.pending) == 0 && c.localShutdown&ShutdownSend == 0
+	return c.hostEOF && c.pending.Len() == 0 && c.localShutdown&ShutdownSend == 0
 }
 
 // wantsToSend reports whether c has a packet for the guest now.
@@ -201,13 +201,14 @@ func (c *conn) wantsToSend() bool {
 	if c.state != stateEstablished {
 		return false
 	}
-	return (len(c.pending) > 0 && c.peerCredit() > 0) || c.shutdownDue()
+	return (c.pending.Len() > 0 && c.peerCredit() > 0) || c.shutdownDue()
 }
 
 // next produces c's next packet for the guest with at most maxPayload bytes
-// of data; the payload aliases c's buffer and is valid until c is next
-// touched. Order matters: the handshake first, then data, then the
-// SHUTDOWN that must follow the last byte. ok is false when nothing fits.
+// of data, taken from one chunk the reader handed over (never written
+// again, so the payload stays valid). Order matters: the handshake first,
+// then data, then the SHUTDOWN that must follow the last byte. ok is false
+// when nothing fits.
 func (c *conn) next(maxPayload int, guestCID uint64) (h Header, payload []byte, ok bool) {
 	switch {
 	case c.owe&oweRequest != 0:
@@ -218,12 +219,8 @@ func (c *conn) next(maxPayload int, guestCID uint64) (h Header, payload []byte, 
 		return c.header(OpResponse, guestCID), nil, true
 	}
 	if c.state == stateEstablished {
-		if n := min(len(c.pending), int(min(c.peerCredit(), MaxPayload)), maxPayload); n > 0 {
-			payload = c.pending[:n:n]
-			c.pending = c.pending[n:]
-			if len(c.pending) == 0 {
-				c.pending = nil
-			}
+		if payload = c.pending.take(min(int(min(c.peerCredit(), MaxPayload)), maxPayload)); payload != nil {
+			n := len(payload)
 			c.txCnt += uint32(n)
 			h = c.header(OpRW, guestCID)
 			h.Len = uint32(n)

@@ -182,7 +182,7 @@ func (m *muxer) guestShutdown(c *conn, flags uint32, now time.Time) {
 		// The guest reads no more: drop what it would have read. The
 		// reader keeps draining the host socket (discarding) so the host
 		// program does not block on a peer that is gone.
-		c.pending = nil
+		c.pending.reset()
 	}
 	if added&ShutdownSend != 0 {
 		c.stream.CloseWrite()
@@ -261,11 +261,7 @@ func (m *muxer) hostData(c *conn, data []byte) {
 	}
 	c.readPermitted = false
 	if c.peerShutdown&ShutdownRcv == 0 {
-		if c.pending == nil {
-			c.pending = data
-		} else {
-			c.pending = append(c.pending, data...)
-		}
+		c.pending.push(data)
 	}
 	m.permit(c)
 	m.schedule(c)
@@ -387,7 +383,7 @@ func (m *muxer) schedule(c *conn) {
 
 // permit lets c's reader read another chunk if c has room for it.
 func (m *muxer) permit(c *conn) {
-	if c.dead || c.readPermitted || c.hostEOF || c.state != stateEstablished || len(c.pending) >= pendingLimit {
+	if c.dead || c.readPermitted || c.hostEOF || c.state != stateEstablished || c.pending.Len() >= pendingLimit {
 		return
 	}
 	c.readPermitted = true
@@ -425,5 +421,5 @@ func (m *muxer) remove(c *conn) {
 	if c.stream != nil {
 		c.stream.Close()
 	}
-	c.pending = nil
+	c.pending.reset()
 }

@@ -531,15 +531,15 @@ func TestReadBackpressure(t *testing.T) {
 			t.Fatal("reader kept being permitted past the pending limit")
 		}
 	}
-	if len(c.pending) < pendingLimit || len(c.pending) > pendingLimit+readChunk {
-		t.Fatalf("holding %d bytes, limit %d", len(c.pending), pendingLimit)
+	if c.pending.Len() < pendingLimit || c.pending.Len() > pendingLimit+readChunk {
+		t.Fatalf("holding %d bytes, limit %d", c.pending.Len(), pendingLimit)
 	}
 	permits := s.permits
 	mt.expect(MaxPayload) // no credit, nothing sent
 	mt.guest(OpCreditUpdate, 5000, hport, func(h *Header) { h.BufAlloc = 1 << 20 }, nil)
 	mt.drain(MaxPayload)
-	if len(c.pending) != 0 || s.permits != permits+1 {
-		t.Fatalf("pending %d, permits %d→%d: reading should resume once drained", len(c.pending), permits, s.permits)
+	if c.pending.Len() != 0 || s.permits != permits+1 {
+		t.Fatalf("pending %d, permits %d→%d: reading should resume once drained", c.pending.Len(), permits, s.permits)
 	}
 }
 
