@@ -59,8 +59,11 @@ const (
 	// for a guest that has no credit or no rx buffers: the reader stops
 	// reading the host socket at this level.
 	pendingLimit = 128 << 10
-	// maxConns bounds the connection table; further requests get RST.
-	maxConns = 1024
+	// maxConns bounds the connection table; further requests get RST. With
+	// the per-connection buffers above it bounds what a hostile guest can
+	// make the VMM hold: 256 × (256 KiB + 128 KiB + one 64 KiB read), about
+	// 112 MiB, for host programs that accept and never read.
+	maxConns = 256
 	// maxControlBacklog is how many connection-less replies (RSTs) may wait
 	// for rx buffers before the device stops reading the guest's tx queue.
 	maxControlBacklog = 256
