@@ -59,11 +59,29 @@ const (
 	// for a guest that has no credit or no rx buffers: the reader stops
 	// reading the host socket at this level.
 	pendingLimit = 128 << 10
-	// maxConns bounds the connection table; further requests get RST. With
-	// the per-connection buffers above it bounds what a hostile guest can
-	// make the VMM hold: 256 × (256 KiB + 128 KiB + one 64 KiB read), about
-	// 112 MiB, for host programs that accept and never read.
+	// maxConns bounds the connection slots; further requests get RST. A
+	// slot is a connection in the table or a dial still in flight for one
+	// the guest already reset. With the per-connection buffers above it
+	// bounds what a hostile guest can make the VMM hold: 256 × (256 KiB +
+	// 128 KiB + one 64 KiB read), about 112 MiB, for host programs that
+	// accept and never read.
 	maxConns = 256
+	// connectionGoroutines and connectionSockets are what the connection
+	// slots can hold on the host at once (see the package doc): a slot is
+	// one dial (at most two goroutines, its own and the net package's
+	// while it aborts a cancelled connect; at most one socket) or one
+	// connection (a reader and a writer goroutine, one socket).
+	connectionGoroutines = 2 * maxConns
+	connectionSockets    = maxConns
+	// txBudgetPerPass is how many tx chains the worker takes in one pass
+	// before it looks at the host side again, so that a guest keeping its
+	// tx queue full still gets host data and dial results (which free
+	// connection slots) delivered. A quarter of the queue: big enough that
+	// bulk traffic pays for a pass rarely.
+	txBudgetPerPass = queueSize / 4
+	// hostEventBudget is how many ready host-side events the worker takes
+	// between two passes that both had guest packets waiting.
+	hostEventBudget = 64
 	// maxControlBacklog is how many connection-less replies (RSTs) may wait
 	// for rx buffers before the device stops reading the guest's tx queue.
 	maxControlBacklog = 256

@@ -111,6 +111,13 @@ type conn struct {
 	deadline time.Time // zero when no timer runs
 	queued   bool      // in the muxer's ready list
 	dead     bool      // removed from the table; late events are ignored
+
+	// dialing: the dial for this guest-initiated connection has not
+	// reported back. It holds a connection slot until it does, even after
+	// the connection is removed (see muxer.orphanDials); cancelDial
+	// abandons it.
+	dialing    bool
+	cancelDial func()
 }
 
 // header returns a packet header for c from the host to the guest. Every

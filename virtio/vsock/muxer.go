@@ -6,9 +6,12 @@ import (
 )
 
 // dialer connects guest-initiated connections to host listeners. Dial
-// returns at once; the result comes back to the muxer as dialDone.
+// returns at once; the result comes back to the muxer as dialDone, exactly
+// once per Dial, even after cancel. cancel abandons the dial (the guest
+// reset the connection): a socket it produced is closed rather than handed
+// over.
 type dialer interface {
-	Dial(c *conn, port uint32)
+	Dial(c *conn, port uint32) (cancel func())
 }
 
 // muxer is the connection table: it turns guest packets into host actions
@@ -25,6 +28,12 @@ type muxer struct {
 	conns     map[connKey]*conn
 	ephemeral map[uint32]bool // local ports handed to host-initiated connections
 	nextPort  uint32
+	// orphanDials counts dials still in flight for connections already
+	// removed from conns (the guest reset them, or they timed out). Each
+	// holds a goroutine and may hold a socket until it reports back, so it
+	// keeps its connection slot until then: otherwise a guest sending
+	// REQUEST and RST in a loop starts dials without limit.
+	orphanDials int
 
 	// control holds packets that belong to no live connection (RST
 	// replies, and the final RST of a connection already forgotten), sent
@@ -43,6 +52,10 @@ func newMuxer(guestCID uint64, d dialer) *muxer {
 		nextPort:  firstEphemeralPort,
 	}
 }
+
+// slotsUsed is what counts against maxConns: live connections and the
+// dials of removed ones that have not reported back.
+func (m *muxer) slotsUsed() int { return len(m.conns) + m.orphanDials }
 
 // acceptingGuestPackets reports whether the device should read more of the
 // guest's tx queue. Every packet may need a reply; when replies pile up
@@ -118,7 +131,7 @@ func (m *muxer) guestPacket(h Header, payload []byte, now time.Time) {
 // guestRequest opens a guest-initiated connection: dial the host listener
 // for the port; the RESPONSE (or RST) goes out when the dial completes.
 func (m *muxer) guestRequest(key connKey, h Header, now time.Time) {
-	if len(m.conns) >= maxConns {
+	if m.slotsUsed() >= maxConns {
 		m.reply(h, OpRST)
 		return
 	}
@@ -130,7 +143,8 @@ func (m *muxer) guestRequest(key connKey, h Header, now time.Time) {
 		deadline:     now.Add(connectTimeout),
 	}
 	m.conns[key] = c
-	m.dialer.Dial(c, key.local)
+	c.dialing = true
+	c.cancelDial = m.dialer.Dial(c, key.local)
 }
 
 // establishLocal completes a host-initiated connection: the guest accepted,
@@ -197,9 +211,9 @@ func (m *muxer) guestShutdown(c *conn, flags uint32, now time.Time) {
 
 // hostConnect opens a host-initiated connection to guest port port: a host
 // program sent "CONNECT port". open attaches the host socket to the new
-// connection. It returns false when the table is full.
+// connection. It returns false when every connection slot is taken.
 func (m *muxer) hostConnect(port uint32, now time.Time, open func(*conn) hostStream) bool {
-	if len(m.conns) >= maxConns {
+	if m.slotsUsed() >= maxConns {
 		return false
 	}
 	key := connKey{local: m.allocatePort(port), peer: port}
@@ -233,24 +247,30 @@ func (m *muxer) allocatePort(peer uint32) uint32 {
 	}
 }
 
-// dialDone completes a guest-initiated connection's dial.
-func (m *muxer) dialDone(c *conn, s hostStream, err error) {
+// dialDone completes a guest-initiated connection's dial. On success open
+// attaches the host socket to c; it is called only if c still lives, and
+// dialDone reports whether it was, so the caller closes an unused socket.
+// Either way the dial's slot is free afterwards.
+func (m *muxer) dialDone(c *conn, err error, open func(*conn) hostStream) (opened bool) {
+	if !c.dialing {
+		return false // not a dial of ours: ignore rather than miscount
+	}
+	c.dialing, c.cancelDial = false, nil
 	if c.dead {
-		if s != nil {
-			s.Close()
-		}
-		return
+		m.orphanDials--
+		return false
 	}
 	if err != nil {
 		m.reset(c)
-		return
+		return false
 	}
-	c.stream = s
+	c.stream = open(c)
 	c.state = stateEstablished
 	c.deadline = time.Time{}
 	c.owe |= oweResponse
 	m.permit(c)
 	m.schedule(c)
+	return true
 }
 
 // hostData takes a chunk the reader read from the host socket; data is
@@ -408,7 +428,8 @@ func (m *muxer) drop(c *conn) {
 	m.remove(c)
 }
 
-// remove forgets c and closes its host socket.
+// remove forgets c and closes its host socket. A dial still in flight is
+// cancelled and keeps c's slot (orphanDials) until it reports back.
 func (m *muxer) remove(c *conn) {
 	if c.dead {
 		return
@@ -417,6 +438,12 @@ func (m *muxer) remove(c *conn) {
 	delete(m.conns, c.key)
 	if c.ephemeral {
 		delete(m.ephemeral, c.key.local)
+	}
+	if c.dialing {
+		m.orphanDials++
+		if c.cancelDial != nil {
+			c.cancelDial()
+		}
 	}
 	if c.stream != nil {
 		c.stream.Close()

@@ -27,13 +27,23 @@ func (s *fakeStream) PermitRead()   { s.permits++ }
 func (s *fakeStream) Close()        { s.closed = true }
 
 type dialCall struct {
-	c    *conn
-	port uint32
+	c         *conn
+	port      uint32
+	cancelled bool
 }
 
-type fakeDialer struct{ calls []dialCall }
+type fakeDialer struct{ calls []*dialCall }
 
-func (d *fakeDialer) Dial(c *conn, port uint32) { d.calls = append(d.calls, dialCall{c, port}) }
+func (d *fakeDialer) Dial(c *conn, port uint32) func() {
+	call := &dialCall{c: c, port: port}
+	d.calls = append(d.calls, call)
+	return func() { call.cancelled = true }
+}
+
+// opens returns a dialDone open function attaching s.
+func opens(s hostStream) func(*conn) hostStream {
+	return func(*conn) hostStream { return s }
+}
 
 type muxTest struct {
 	t   *testing.T
@@ -213,7 +223,9 @@ func TestGuestInitiated(t *testing.T) {
 	}
 	mt.expect(MaxPayload) // nothing until the dial completes
 	s := &fakeStream{}
-	mt.m.dialDone(mt.d.calls[0].c, s, nil)
+	if !mt.m.dialDone(mt.d.calls[0].c, nil, opens(s)) {
+		t.Fatal("dial result not used")
+	}
 	out := mt.expect(MaxPayload, OpResponse)
 	if h := out[0].h; h.SrcPort != 1234 || h.DstPort != 40000 || h.BufAlloc != hostBufAlloc {
 		t.Fatalf("RESPONSE %+v", h)
@@ -236,7 +248,7 @@ func TestGuestInitiated(t *testing.T) {
 func TestGuestInitiatedDialFails(t *testing.T) {
 	mt := newMuxTest(t)
 	mt.guest(OpRequest, 40000, 1234, nil, nil)
-	mt.m.dialDone(mt.d.calls[0].c, nil, errors.New("connection refused"))
+	mt.m.dialDone(mt.d.calls[0].c, errors.New("connection refused"), opens(nil))
 	out := mt.expect(MaxPayload, OpRST)
 	if h := out[0].h; h.SrcPort != 1234 || h.DstPort != 40000 {
 		t.Fatalf("RST %+v", h)
@@ -250,11 +262,69 @@ func TestGuestCancelsWhileDialling(t *testing.T) {
 	mt := newMuxTest(t)
 	mt.guest(OpRequest, 40000, 1234, nil, nil)
 	mt.guest(OpRST, 40000, 1234, nil, nil)
-	s := &fakeStream{}
-	mt.m.dialDone(mt.d.calls[0].c, s, nil)
+	if !mt.d.calls[0].cancelled {
+		t.Fatal("dial of a reset connection not cancelled")
+	}
+	if got := mt.m.slotsUsed(); got != 1 {
+		t.Fatalf("%d slots used while the cancelled dial is in flight, want 1", got)
+	}
+	if mt.m.dialDone(mt.d.calls[0].c, nil, func(*conn) hostStream {
+		t.Fatal("stream opened for a reset connection")
+		return nil
+	}) {
+		t.Fatal("late dial result used")
+	}
 	mt.expect(MaxPayload)
-	if !s.closed {
-		t.Fatal("late dial result not closed")
+	if got := mt.m.slotsUsed(); got != 0 {
+		t.Fatalf("%d slots used after the dial reported, want 0", got)
+	}
+}
+
+// TestDialsInFlightCountAgainstLimit: a guest that resets each connection
+// right after its REQUEST cannot have more than maxConns dials in flight;
+// slots come back as the dials report.
+func TestDialsInFlightCountAgainstLimit(t *testing.T) {
+	mt := newMuxTest(t)
+	for i := range maxConns {
+		mt.guest(OpRequest, uint32(i), 1234, nil, nil)
+		mt.guest(OpRST, uint32(i), 1234, nil, nil)
+	}
+	if len(mt.m.conns) != 0 || len(mt.d.calls) != maxConns {
+		t.Fatalf("%d connections, %d dials", len(mt.m.conns), len(mt.d.calls))
+	}
+	mt.guest(OpRequest, 9999, 1234, nil, nil)
+	mt.expect(MaxPayload, OpRST)
+	if len(mt.d.calls) != maxConns {
+		t.Fatal("dialled past the limit")
+	}
+	if mt.m.hostConnect(5, mt.now, opens(&fakeStream{})) {
+		t.Fatal("host connection accepted with every slot held by a dial")
+	}
+	// One dial reports: its slot is free again.
+	mt.m.dialDone(mt.d.calls[0].c, nil, opens(&fakeStream{}))
+	mt.guest(OpRequest, 9999, 1234, nil, nil)
+	if len(mt.d.calls) != maxConns+1 {
+		t.Fatal("freed slot not reused")
+	}
+	// A dial that times out removes its connection; the slot is held the
+	// same way until the dial reports.
+	mt.now = mt.now.Add(connectTimeout)
+	mt.m.expire(mt.now)
+	mt.expect(MaxPayload, OpRST)
+	if !mt.d.calls[maxConns].cancelled || mt.m.slotsUsed() != maxConns {
+		t.Fatalf("timed-out dial: cancelled %v, %d slots used", mt.d.calls[maxConns].cancelled, mt.m.slotsUsed())
+	}
+	for _, call := range mt.d.calls[1:] {
+		mt.m.dialDone(call.c, errDialCancelled, opens(nil))
+	}
+	if mt.m.slotsUsed() != 0 {
+		t.Fatalf("%d slots used after every dial reported", mt.m.slotsUsed())
+	}
+	mt.expect(MaxPayload) // no RSTs for connections the guest reset itself
+	// A second report for the same dial changes nothing.
+	mt.m.dialDone(mt.d.calls[0].c, nil, opens(&fakeStream{}))
+	if mt.m.slotsUsed() != 0 {
+		t.Fatal("duplicate dial report miscounted")
 	}
 }
 

@@ -33,12 +33,12 @@ const (
 
 // hostEvent is one report from a host-side goroutine to the worker.
 type hostEvent struct {
-	kind   eventKind
-	conn   *conn
-	data   []byte     // evData
-	n      int        // evWritten
-	stream hostStream // evDialed, nil on failure
-	err    error      // evFailed, evDialed
+	kind eventKind
+	conn *conn
+	data []byte        // evData
+	n    int           // evWritten
+	sock *net.UnixConn // evDialed, nil on failure
+	err  error         // evFailed, evDialed
 }
 
 // unixHost is the host side of one device activation. Its goroutines stop
@@ -62,29 +62,52 @@ func portPath(base string, port uint32) string {
 	return base + "_" + strconv.FormatUint(uint64(port), 10)
 }
 
+// errDialCancelled is the outcome of a dial whose connection the guest
+// reset before it finished.
+var errDialCancelled = errors.New("vsock: dial cancelled: the connection was reset")
+
 // Dial connects to the host listener for port in the background and reports
-// the outcome as evDialed.
-func (u *unixHost) Dial(c *conn, port uint32) {
+// the outcome as evDialed, with the bare socket: the worker starts the
+// connection's reader and writer only if the connection still lives, so a
+// connection the guest reset never costs more than this one goroutine.
+//
+// cancel (the guest reset the connection) aborts the dial, or closes the
+// socket at once if it already connected; the event is still delivered,
+// since it is what frees the connection's slot in the muxer.
+func (u *unixHost) Dial(c *conn, port uint32) (cancel func()) {
 	path := portPath(u.path, port)
+	ctx, cancel := context.WithCancel(u.ctx)
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
+		defer cancel()
 		dialer := net.Dialer{Timeout: connectTimeout}
-		sock, err := dialer.DialContext(u.ctx, "unix", path)
-		var s hostStream
-		if err == nil {
-			s = u.newStream(c, sock.(*net.UnixConn))
+		ev := hostEvent{kind: evDialed, conn: c}
+		if sock, err := dialer.DialContext(ctx, "unix", path); err == nil {
+			ev.sock = sock.(*net.UnixConn)
 		} else {
-			err = fmt.Errorf("vsock: connect to host listener %s: %w", path, err)
+			ev.err = fmt.Errorf("vsock: connect to host listener %s: %w", path, err)
 		}
-		select {
-		case u.events <- hostEvent{kind: evDialed, conn: c, stream: s, err: err}:
-		case <-u.stop:
-			if s != nil {
-				s.Close()
+		cancelled := ctx.Done()
+		for {
+			select {
+			case u.events <- ev:
+				return
+			case <-cancelled:
+				if ev.sock != nil {
+					ev.sock.Close()
+					ev.sock, ev.err = nil, errDialCancelled
+				}
+				cancelled = nil // now only waiting to report
+			case <-u.stop:
+				if ev.sock != nil {
+					ev.sock.Close()
+				}
+				return
 			}
 		}
 	}()
+	return cancel
 }
 
 // unixStream is a connection's host socket with its reader and writer

@@ -46,11 +46,22 @@ func (w *worker) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		w.pump()
+		more := w.pump()
 		if d, ok := w.mux.nextDeadline(); ok {
 			timer.Reset(time.Until(d))
 		} else {
 			timer.Stop()
+		}
+		if more {
+			// The pass spent its tx budget with guest packets left: take
+			// what the host side has ready, without waiting, and go round
+			// again. A guest that keeps its tx queue full therefore cannot
+			// hold off host data, dial results (which free connection
+			// slots), host programs, reset calls or timers.
+			if !w.serviceReady(timer.C) {
+				return
+			}
+			continue
 		}
 		select {
 		case <-w.stop:
@@ -61,13 +72,43 @@ func (w *worker) run() {
 		case in := <-w.incoming:
 			w.accept(in)
 		case reply := <-w.resetCalls:
-			w.mux.closeAll()
-			w.eventsOwed = min(w.eventsOwed+1, queueSize)
-			close(reply)
+			w.transportReset(reply)
 		case now := <-timer.C:
 			w.mux.expire(now)
 		}
 	}
+}
+
+// serviceReady handles up to hostEventBudget host events, host programs,
+// reset calls and timer expiries that are ready now, returning as soon as
+// none is. It is bounded too, so that the guest's queues get their turn
+// when the host side is the busy one. false means the worker must stop.
+func (w *worker) serviceReady(timer <-chan time.Time) bool {
+	for range hostEventBudget {
+		select {
+		case <-w.stop:
+			return false
+		case ev := <-w.host.events:
+			w.hostEvent(ev)
+		case in := <-w.incoming:
+			w.accept(in)
+		case reply := <-w.resetCalls:
+			w.transportReset(reply)
+		case now := <-timer:
+			w.mux.expire(now)
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// transportReset drops every connection and owes the guest a
+// TRANSPORT_RESET event (SendTransportReset).
+func (w *worker) transportReset(reply chan struct{}) {
+	w.mux.closeAll()
+	w.eventsOwed = min(w.eventsOwed+1, queueSize)
+	close(reply)
 }
 
 // hostEvent applies one report from a host-side goroutine.
@@ -82,7 +123,12 @@ func (w *worker) hostEvent(ev hostEvent) {
 	case evFailed:
 		w.mux.hostFailed(ev.conn)
 	case evDialed:
-		w.mux.dialDone(ev.conn, ev.stream, ev.err)
+		opened := w.mux.dialDone(ev.conn, ev.err, func(c *conn) hostStream {
+			return w.host.newStream(c, ev.sock)
+		})
+		if !opened && ev.sock != nil {
+			ev.sock.Close() // the guest reset the connection meanwhile
+		}
 	}
 }
 
@@ -96,42 +142,61 @@ func (w *worker) accept(in incomingConn) {
 	}
 }
 
-// pump moves everything that can move: guest packets in, packets for the
-// guest out, owed events, then interrupts.
-func (w *worker) pump() {
+// txStop says why processTx returned.
+type txStop uint8
+
+const (
+	txEmpty   txStop = iota // the guest has no more packets queued
+	txBlocked               // replies back up for want of rx buffers
+	txBudget                // the pass's budget is spent; more may wait
+)
+
+// pump is one pass: guest packets in (at most txBudgetPerPass chains),
+// packets for the guest out, owed events, then interrupts. It reports
+// whether it stopped on the budget with guest packets possibly left, so
+// that the caller comes back without waiting for a notification.
+func (w *worker) pump() (more bool) {
+	budget := txBudgetPerPass
 	for {
-		blocked := w.processTx()
+		n, stop := w.processTx(budget)
+		budget -= n
 		w.fillRx()
+		if stop == txBudget {
+			more = true
+			break
+		}
 		// Reading tx stopped on the reply backlog; go on only if the
 		// guest's rx buffers drained it.
-		if !blocked || !w.mux.acceptingGuestPackets() {
+		if stop == txEmpty || !w.mux.acceptingGuestPackets() {
 			break
 		}
 	}
 	w.deliverEvents()
 	w.signal()
+	return more
 }
 
-// processTx reads the guest's packets until the tx queue is empty (false)
-// or replies back up for want of rx buffers (true).
-func (w *worker) processTx() (blocked bool) {
+// processTx reads up to budget of the guest's tx chains (malformed ones
+// included) and returns how many it took and why it stopped.
+func (w *worker) processTx(budget int) (n int, stop txStop) {
 	q := w.queues[txQueue]
-	for {
+	for ; n < budget; n++ {
 		if !w.mux.acceptingGuestPackets() {
-			return true
+			return n, txBlocked
 		}
 		chain, err := q.Pop()
 		if err != nil {
 			continue // malformed chain: its head is consumed, skip it
 		}
 		if chain == nil {
-			return false
+			return n, txEmpty
 		}
 		w.txPacket(chain)
 		if q.Push(chain, 0) == nil {
 			w.pushed[txQueue] = true
 		}
 	}
+	return n, txBudget
 }
 
 // txPacket reads one packet from guest memory, validates it and hands it
