@@ -17,6 +17,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/smolvm/smol/imagefs/ext4fs"
 )
 
 // build makes the cache entry for src under the entry's lock. Everything
@@ -49,7 +50,7 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	os.RemoveAll(dir) // an incomplete entry (only possible if tampered with)
 
 	tmp := dir + ".tmp-" + randomSuffix()
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -62,6 +63,10 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 			fmt.Fprintf(o.Progress, "note: "+format+"\n", args...)
 		}
 	}
+	limits, err := o.Limits.orDefaults()
+	if err != nil {
+		return nil, err
+	}
 
 	bctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -73,55 +78,31 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	if err != nil {
 		return nil, s.wrapFetch(bctx, src, "reading image config", err)
 	}
-	// Unpack in RAM when it comfortably fits, else next to the entry; a
-	// tmpfs that fills up anyway makes us start over on disk.
-	parents := []string{tmp}
-	if fast := s.fastStaging(src, image); fast != "" {
-		parents = []string{fast, tmp}
-	}
-	privileged := os.Geteuid() == 0 && !s.forceUnprivileged
-	var u *unpacker
-	var staging string
-	for i, parent := range parents {
-		staging, err = os.MkdirTemp(parent, fmt.Sprintf("%s%d-", stagingPrefix, os.Getpid()))
-		if err == nil {
-			u, err = s.unpackLayers(bctx, cancel, src, image, staging, privileged, note, o.Progress)
-		}
-		if err == nil {
-			break
-		}
-		if staging != "" {
-			os.RemoveAll(staging)
-		}
-		if i+1 < len(parents) && (errors.Is(err, syscall.ENOSPC) || staging == "") && bctx.Err() == nil {
-			note("no room to unpack in %s; unpacking on disk", parent)
-			continue
-		}
+	disk := filepath.Join(tmp, diskFile)
+	f, err := os.OpenFile(disk, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(staging)
-	defer u.close()
-
-	stats, cmds, err := u.scan(tmp)
+	defer f.Close()
+	w, err := ext4fs.New(f, ext4fs.Options{MaxBytes: limits.MaxBytes, Label: fsLabel, UUID: volumeUUID(digest), Spare: spareBytes, Now: time.Now()})
 	if err != nil {
-		return nil, fmt.Errorf("scanning unpacked image: %w", err)
+		return nil, err
+	}
+	u := newUnpacker(w, limits, note)
+	if err := s.unpackLayers(bctx, cancel, src, image, u, o.Progress); err != nil {
+		return nil, noSpace(err, tmp)
 	}
 	if o.Progress != nil {
-		size, _ := fsGeometry(stats)
-		fmt.Fprintf(o.Progress, "creating ext4 image (%s, %d files)\n", humanBytes(float64(size)), stats.inodes)
+		fmt.Fprintf(o.Progress, "writing ext4 image (%s of files)\n", humanBytes(float64(w.DataBytes())))
 	}
-	disk := filepath.Join(tmp, diskFile)
-	if err := makeExt4(ctx, staging, disk, stats); err != nil {
-		return nil, err
+	if _, err := w.Finish(); err != nil {
+		return nil, noSpace(err, tmp)
 	}
-	if len(cmds) > 0 {
-		if err := runDebugfs(ctx, disk, cmds, tmp); err != nil {
-			return nil, err
-		}
+	if err := f.Sync(); err != nil {
+		return nil, noSpace(err, tmp)
 	}
-	u.close()
-	if err := os.RemoveAll(staging); err != nil {
-		return nil, err
+	if err := f.Close(); err != nil {
+		return nil, noSpace(err, tmp)
 	}
 
 	meta := entryMeta{Ref: "", Digest: digest, Platform: src.platform, Created: time.Now().UTC()}
@@ -131,9 +112,6 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
-		return nil, err
-	}
-	if err := fsyncFile(disk); err != nil {
 		return nil, err
 	}
 	if err := writeFileAtomic(filepath.Join(tmp, configFile), b); err != nil {
@@ -154,24 +132,18 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	return img, nil
 }
 
-// unpackLayers applies all layers into a fresh staging directory.
-func (s *Store) unpackLayers(ctx context.Context, cancel context.CancelCauseFunc, src *source, image v1.Image, staging string, privileged bool, note func(string, ...any), progress io.Writer) (*unpacker, error) {
+// unpackLayers applies all layers, in order.
+func (s *Store) unpackLayers(ctx context.Context, cancel context.CancelCauseFunc, src *source, image v1.Image, u *unpacker, progress io.Writer) error {
 	layers, err := image.Layers()
 	if err != nil {
-		return nil, s.wrapFetch(ctx, src, "listing layers", err)
-	}
-	u, err := newUnpacker(staging, privileged, note)
-	if err != nil {
-		return nil, err
+		return s.wrapFetch(ctx, src, "listing layers", err)
 	}
 	for i, layer := range layers {
 		if err := s.applyLayer(ctx, cancel, src, u, layer, i, len(layers), progress); err != nil {
-			u.close()
-			return nil, err
+			return err
 		}
 	}
-	u.finish()
-	return u, nil
+	return nil
 }
 
 // applyLayer streams one layer into the unpacker while hashing it.
@@ -289,11 +261,32 @@ func shortDigest(h v1.Hash) string {
 	return h.Hex
 }
 
-func fsyncFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
+// The cache entry's files.
+const (
+	diskFile   = "rootfs.ext4"
+	configFile = "config.json"
+	markerFile = "complete"
+	fsLabel    = "smolroot"
+	// spareBytes is free space left in every image beyond a third of its
+	// content, so that a writable copy of it has room to grow.
+	spareBytes = 64 << 20
+)
+
+// volumeUUID derives the filesystem UUID from the image digest, so that
+// the same image always makes the same filesystem.
+func volumeUUID(digest string) [16]byte {
+	sum := sha256.Sum256([]byte(digest))
+	var u [16]byte
+	copy(u[:], sum[:])
+	u[6] = u[6]&0x0f | 0x50 // version 5-like: name-based
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// noSpace turns a full disk into one plain line.
+func noSpace(err error, dir string) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("no space left on device under %s", filepath.Dir(dir))
 	}
-	defer f.Close()
-	return f.Sync()
+	return err
 }

@@ -171,6 +171,11 @@ func debugfs(t testing.TB, disk, req string) (string, string) {
 	return out.String(), errb.String()
 }
 
+// debugfsQuote quotes a test's own path for debugfs's command parser.
+func debugfsQuote(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
 func catExt4(t testing.TB, disk, p string) string {
 	t.Helper()
 	out, _ := debugfs(t, disk, "cat "+debugfsQuote(p))

@@ -53,6 +53,7 @@ type Options struct {
 	Progress io.Writer  // per-layer progress (bytes, rate); nil = quiet
 	Insecure bool       // allow plain http / unverified TLS for the registry
 	Platform string     // default DefaultPlatform
+	Limits   Limits     // zero fields: from SMOL_MAX_IMAGE_SIZE / SMOL_MAX_IMAGE_ENTRIES, else the defaults
 }
 
 // Config is the part of the image configuration needed to run it.
@@ -78,13 +79,6 @@ type Image struct {
 type Store struct {
 	root      string // absolute <home>/images
 	downloads atomic.Int64
-
-	// forceUnprivileged makes the unpacker behave as if not root (tests use
-	// it to exercise the debugfs ownership/mode/device fix-ups).
-	forceUnprivileged bool
-	// stagingRoots are tmpfs directories to unpack in when the image fits
-	// (see staging.go); nil always unpacks next to the entry.
-	stagingRoots []string
 }
 
 // DefaultHome is $SMOL_HOME, else $XDG_DATA_HOME/smol, else
@@ -118,7 +112,7 @@ func Open(home string) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	s := &Store{root: root, stagingRoots: defaultStagingRoots}
+	s := &Store{root: root}
 	s.gc()
 	return s, nil
 }
@@ -484,7 +478,6 @@ func (s *Store) gc() {
 			l.unlock()
 		}
 	}
-	gcStaging()
 	tmp := filepath.Join(s.root, "tmp")
 	des, _ := os.ReadDir(tmp)
 	for _, de := range des {

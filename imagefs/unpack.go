@@ -7,94 +7,44 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/smolvm/smol/imagefs/ext4fs"
 )
 
-// unpacker applies OCI layers, in order, to a staging directory.
-//
-// It records for every path it creates the ownership, mode, and any device
-// node or xattr it could not materialise (not root, or the staging
-// filesystem refuses), so that the ext4 image can be fixed up afterwards
-// with debugfs. Paths in meta are real paths relative to the root.
+// unpacker applies OCI layers, in order, to a tree held in memory whose
+// file data streams straight into the ext4 image (ext4fs). Nothing of a
+// layer is ever created on the host filesystem, so no mode, owner, device
+// number or capability of an image can take effect on the host, and no
+// layer-chosen path is ever handed to the kernel.
 type unpacker struct {
-	root       int    // O_PATH descriptor of the staging root
-	rootPath   string // for the root's own metadata and the final walk
-	privileged bool   // may chown and mknod
-	meta       map[string]*fileMeta
-	dirTimes   map[string]time.Time
-	seen       map[string]bool // paths written by the current layer
-	buf        []byte
-	note       func(format string, args ...any)
-	notedDev   bool
+	w      *ext4fs.Writer
+	root   *ext4fs.Node
+	limits Limits
+	bytes  int64 // counted against limits.MaxBytes: file data, names, link targets, xattrs
+	count  int   // entries, counted against limits.MaxEntries
+	seen   map[slot]bool
+	note   func(format string, args ...any)
 }
 
-// fileMeta is what the image wants for one path.
-type fileMeta struct {
-	uid, gid int
-	mode     uint32            // permission bits incl. setuid/setgid/sticky
-	dev      *devNode          // device to create in the ext4 image (placeholder in staging)
-	xattrs   map[string]string // xattrs to set in the ext4 image
+// slot is a name in a directory: whiteouts and opaque markers spare what
+// the current layer itself wrote there.
+type slot struct {
+	dir  *ext4fs.Node
+	name string
 }
 
-type devNode struct {
-	kind         byte // 'c' or 'b'
-	major, minor uint32
-}
-
-func newUnpacker(rootPath string, privileged bool, note func(string, ...any)) (*unpacker, error) {
-	fd, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rootPath, Err: err}
-	}
+func newUnpacker(w *ext4fs.Writer, limits Limits, note func(string, ...any)) *unpacker {
 	if note == nil {
 		note = func(string, ...any) {}
 	}
-	u := &unpacker{
-		root: fd, rootPath: rootPath, privileged: privileged,
-		meta: map[string]*fileMeta{"": {mode: 0o755}}, dirTimes: map[string]time.Time{},
-		buf: make([]byte, 1<<20), note: note,
-	}
-	if err := os.Chmod(rootPath, os.FileMode(u.dirPerm(0o755))); err != nil {
-		u.close()
-		return nil, err
-	}
-	return u, nil
-}
-
-func (u *unpacker) close() {
-	if u.root >= 0 {
-		unix.Close(u.root)
-		u.root = -1
-	}
-}
-
-// dirPerm/filePerm give the mode used in staging. The unprivileged caller
-// must keep owner access so that it can fill directories and mke2fs can read
-// every file; the wanted mode is applied in the ext4 image instead.
-func (u *unpacker) dirPerm(m uint32) uint32 {
-	if u.privileged {
-		return m
-	}
-	return m | 0o700
-}
-
-func (u *unpacker) filePerm(m uint32) uint32 {
-	if u.privileged {
-		return m
-	}
-	return m | 0o600
-}
-
-func (u *unpacker) created(p string, m *fileMeta) {
-	u.meta[p] = m
-	u.seen[p] = true
+	return &unpacker{w: w, root: w.Root(), limits: limits, note: note}
 }
 
 // applyLayer applies one uncompressed layer tar stream.
 func (u *unpacker) applyLayer(r io.Reader) error {
-	u.seen = map[string]bool{}
+	u.seen = map[slot]bool{}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -104,337 +54,303 @@ func (u *unpacker) applyLayer(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("reading layer: %w", err)
 		}
-		if err := u.entry(h, tr); err != nil {
-			return fmt.Errorf("layer entry %q: %w", h.Name, err)
+		e, err := u.check(h)
+		if err == nil {
+			err = u.apply(h, e, tr)
+		}
+		if err != nil {
+			return fmt.Errorf("layer entry %s: %w", quoteShort(h.Name), err)
 		}
 	}
 }
 
-func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
+// checked is what check derived from a valid header.
+type checked struct {
+	rel    string
+	xattrs []ext4fs.Xattr
+}
+
+// check validates a header completely before anything of it is applied,
+// and counts it against the limits: an invalid entry fails the layer with
+// the tree untouched by it.
+func (u *unpacker) check(h *tar.Header) (checked, error) {
+	var c checked
 	switch h.Typeflag {
-	case tar.TypeXGlobalHeader, tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
+	case tar.TypeReg, tar.TypeRegA, tar.TypeCont, tar.TypeGNUSparse, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeXGlobalHeader:
+		return c, nil
+	default:
+		return c, fmt.Errorf("unsupported tar entry type %q", h.Typeflag)
+	}
+	if err := checkPath("name", h.Name, maxPath); err != nil {
+		return c, err
+	}
+	if h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink {
+		if h.Linkname == "" {
+			return c, errors.New("link with an empty target")
+		}
+		if err := checkPath("link target", h.Linkname, ext4fs.BlockSize-1); err != nil {
+			return c, err
+		}
+	}
+	if h.Uid < 0 || h.Gid < 0 || h.Uid > maxID || h.Gid > maxID {
+		return c, fmt.Errorf("owner %d:%d out of range", h.Uid, h.Gid)
+	}
+	if h.Typeflag == tar.TypeChar || h.Typeflag == tar.TypeBlock {
+		if h.Devmajor < 0 || h.Devmajor >= 1<<12 || h.Devminor < 0 || h.Devminor >= 1<<20 {
+			return c, fmt.Errorf("device number %d:%d out of range", h.Devmajor, h.Devminor)
+		}
+	}
+	if h.Size < 0 {
+		return c, fmt.Errorf("negative size")
+	}
+	need := int64(len(h.Name) + len(h.Linkname))
+	for k, v := range h.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		x := []ext4fs.Xattr{{Name: name, Value: []byte(v)}}
+		if err := ext4fs.CheckXattrs(x); errors.Is(err, ext4fs.ErrXattrNamespace) {
+			u.note("dropping xattr %s of %s: %v", quoteShort(name), quoteShort(h.Name), err)
+			continue
+		} else if err != nil {
+			return c, err
+		}
+		c.xattrs = append(c.xattrs, x[0])
+		need += int64(len(name) + len(v))
+	}
+	if err := ext4fs.CheckXattrs(c.xattrs); err != nil {
+		return c, err
+	}
+	if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeSymlink && h.Typeflag != tar.TypeLink {
+		need += h.Size
+	}
+	if err := u.charge(need); err != nil {
+		return c, err
+	}
+	c.rel = cleanName(h.Name)
+	return c, nil
+}
+
+const (
+	maxPath = 4096      // PATH_MAX
+	maxID   = 1<<32 - 2 // (uid_t)-1 means "no change" to the kernel
+)
+
+// checkPath refuses a NUL byte (no kernel path can hold one), a path over
+// max bytes and a component over 255 (NAME_MAX).
+func checkPath(what, p string, max int) error {
+	if len(p) > max {
+		return fmt.Errorf("%s is %d bytes (at most %d)", what, len(p), max)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("%s contains a NUL byte", what)
+	}
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > 255 {
+			return fmt.Errorf("%s has a component of %d bytes (at most 255)", what, len(c))
+		}
+	}
+	return nil
+}
+
+// charge counts one entry and n bytes against the limits.
+func (u *unpacker) charge(n int64) error {
+	u.count++
+	if u.count > u.limits.MaxEntries {
+		return &LimitError{What: "entries", Limit: int64(u.limits.MaxEntries), Env: envMaxEntries}
+	}
+	u.bytes += n
+	if u.bytes > u.limits.MaxBytes {
+		return &LimitError{What: "bytes", Limit: u.limits.MaxBytes, Env: envMaxSize}
+	}
+	return nil
+}
+
+func (u *unpacker) apply(h *tar.Header, c checked, r io.Reader) error {
+	if h.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
-	rel := cleanName(h.Name)
-	if rel == "" {
+	if c.rel == "" {
 		if h.Typeflag == tar.TypeDir {
-			return u.rootEntry(h)
+			u.setMeta(u.root, h, c)
 		}
 		return nil
 	}
-	dir, base := splitParent(rel)
+	dir, base := splitParent(c.rel)
 	if strings.HasPrefix(base, ".wh.") {
 		return u.whiteout(dir, base)
 	}
-	pfd, real, err := u.openDir(dir, true)
+	parent, err := u.resolveDir(dir, true)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(pfd)
-	p := joinRel(real, base)
-	m := &fileMeta{uid: h.Uid, gid: h.Gid, mode: uint32(h.Mode) & 0o7777}
+	old := parent.Children[base]
+	var n *ext4fs.Node
 	switch h.Typeflag {
 	case tar.TypeDir:
-		err = u.mkdir(pfd, base, p, h, m)
-	case tar.TypeReg, tar.TypeRegA:
-		err = u.writeFile(pfd, base, p, h, m, r)
+		if old != nil && old.IsDir() {
+			n = old // an upper layer's directory entry restates its metadata
+		} else {
+			n = ext4fs.NewDir(0, 0, 0, h.ModTime)
+		}
+	case tar.TypeReg, tar.TypeRegA, tar.TypeCont, tar.TypeGNUSparse:
+		n = &ext4fs.Node{Mode: ext4fs.TypeReg}
+		if _, err := u.w.WriteData(n, r); err != nil {
+			return err
+		}
 	case tar.TypeSymlink:
-		err = u.symlink(pfd, base, p, h, m)
+		n = &ext4fs.Node{Mode: ext4fs.TypeSymlink, Link: h.Linkname}
 	case tar.TypeLink:
-		return u.hardlink(pfd, base, p, h)
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		err = u.mknod(pfd, base, p, h, m)
-	default:
-		u.note("skipping %s: unsupported tar entry type %q", h.Name, h.Typeflag)
+		t, err := u.linkTarget(h.Linkname)
+		if err != nil {
+			return err
+		}
+		parent.Children[base] = t
+		u.seen[slot{parent, base}] = true
 		return nil
+	case tar.TypeChar:
+		n = &ext4fs.Node{Mode: ext4fs.TypeChar, Major: uint32(h.Devmajor), Minor: uint32(h.Devminor)}
+	case tar.TypeBlock:
+		n = &ext4fs.Node{Mode: ext4fs.TypeBlock, Major: uint32(h.Devmajor), Minor: uint32(h.Devminor)}
+	case tar.TypeFifo:
+		n = &ext4fs.Node{Mode: ext4fs.TypeFifo}
 	}
-	if err != nil {
-		return err
-	}
-	if h.Typeflag != tar.TypeDir {
-		delete(u.dirTimes, p)
-	}
-	u.created(p, m)
+	u.setMeta(n, h, c)
+	parent.Children[base] = n
+	u.seen[slot{parent, base}] = true
 	return nil
 }
 
-func (u *unpacker) rootEntry(h *tar.Header) error {
-	m := &fileMeta{uid: h.Uid, gid: h.Gid, mode: uint32(h.Mode) & 0o7777}
-	u.meta[""] = m
-	if u.privileged {
-		os.Lchown(u.rootPath, h.Uid, h.Gid)
+// setMeta takes owner, mode, time and xattrs from the header. Symlinks
+// are always 0777, as Linux makes them.
+func (u *unpacker) setMeta(n *ext4fs.Node, h *tar.Header, c checked) {
+	perm := uint32(h.Mode) & 0o7777
+	if n.Type() == ext4fs.TypeSymlink {
+		perm = 0o777
 	}
-	if err := unix.Chmod(u.rootPath, u.dirPerm(m.mode)); err != nil {
-		return err
+	n.Mode = n.Type() | perm
+	n.UID, n.GID = uint32(h.Uid), uint32(h.Gid)
+	n.Mtime = h.ModTime
+	n.Xattrs = c.xattrs
+}
+
+// linkTarget finds a hardlink's target inside the root, resolved like any
+// other path; a target that does not exist there (e.g. one that pointed
+// outside) fails the layer.
+func (u *unpacker) linkTarget(name string) (*ext4fs.Node, error) {
+	rel := cleanName(name)
+	if rel == "" {
+		return nil, errors.New("hardlink to the root directory")
 	}
-	u.dirTimes[""] = h.ModTime
-	return nil
+	dir, base := splitParent(rel)
+	parent, err := u.resolveDir(dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("hardlink target %s: %w", quoteShort(name), err)
+	}
+	t := parent.Children[base]
+	if t == nil {
+		return nil, fmt.Errorf("hardlink target %s: %w", quoteShort(name), os.ErrNotExist)
+	}
+	if t.IsDir() {
+		return nil, fmt.Errorf("hardlink target %s is a directory", quoteShort(name))
+	}
+	return t, nil
+}
+
+const maxSymlinkHops = 40
+
+// resolveDir walks to directory rel. A symlink met on the way is resolved
+// scoped to the root, as containerd does: absolute targets restart at the
+// root and ".." stops at it. With create, missing directories are made
+// (0755, root-owned) and count as written by this layer.
+func (u *unpacker) resolveDir(rel string, create bool) (*ext4fs.Node, error) {
+	var stack []*ext4fs.Node // the directories below the root, in order
+	cur := func() *ext4fs.Node {
+		if len(stack) == 0 {
+			return u.root
+		}
+		return stack[len(stack)-1]
+	}
+	todo := strings.Split(rel, "/")
+	hops := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		}
+		next := cur().Children[c]
+		if next == nil {
+			if !create {
+				return nil, os.ErrNotExist
+			}
+			if err := u.charge(int64(len(c))); err != nil {
+				return nil, err
+			}
+			next = ext4fs.NewDir(0o755, 0, 0, time.Time{})
+			cur().Children[c] = next
+			u.seen[slot{cur(), c}] = true
+		}
+		switch next.Type() {
+		case ext4fs.TypeSymlink:
+			if hops++; hops > maxSymlinkHops {
+				return nil, syscall.ELOOP
+			}
+			if strings.HasPrefix(next.Link, "/") {
+				stack = stack[:0]
+			}
+			todo = append(strings.Split(next.Link, "/"), todo...)
+		case ext4fs.TypeDir:
+			stack = append(stack, next)
+		default:
+			return nil, fmt.Errorf("%s: %w", quoteShort(c), syscall.ENOTDIR)
+		}
+	}
+	return cur(), nil
 }
 
 // whiteout handles ".wh.NAME" (NAME from lower layers is deleted) and
 // ".wh..wh..opq" (the directory is opaque: its lower-layer contents go).
 // Neither marker is created. Missing targets are fine.
 func (u *unpacker) whiteout(dir, base string) error {
-	fd, real, err := u.openDir(dir, false)
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+	d, err := u.resolveDir(dir, false)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
 	if base == ".wh..wh..opq" {
-		return u.clearLower(fd, real)
+		u.clearLower(d)
+		return nil
 	}
 	if strings.HasPrefix(base, ".wh..wh.") { // other AUFS bookkeeping
 		return nil
 	}
 	name := strings.TrimPrefix(base, ".wh.")
-	if name == "" || name == "." || name == ".." || u.seen[joinRel(real, name)] {
+	if name == "" || name == "." || name == ".." || u.seen[slot{d, name}] {
 		return nil
 	}
-	return removeAt(fd, name)
+	delete(d.Children, name)
+	return nil
 }
 
-// clearLower removes everything below dirfd not written by the current
+// clearLower removes everything below d not written by the current
 // layer, descending into directories this layer did write.
-func (u *unpacker) clearLower(dirfd int, real string) error {
-	rfd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	names, err := readDirNames(rfd)
-	unix.Close(rfd)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		p := joinRel(real, n)
-		if !u.seen[p] {
-			if err := removeAt(dirfd, n); err != nil {
-				return err
-			}
-			continue
-		}
-		cfd, err := unix.Openat(dirfd, n, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // not a directory
-		}
-		err = u.clearLower(cfd, p)
-		unix.Close(cfd)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (u *unpacker) mkdir(pfd int, base, p string, h *tar.Header, m *fileMeta) error {
-	err := unix.Mkdirat(pfd, base, 0o700)
-	if err == unix.EEXIST {
-		var st unix.Stat_t
-		if err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			if err = removeAt(pfd, base); err == nil {
-				err = unix.Mkdirat(pfd, base, 0o700)
-			}
-		}
-	}
-	if err != nil {
-		return err
-	}
-	u.chown(pfd, base, m)
-	if err := unix.Fchmodat(pfd, base, u.dirPerm(m.mode), 0); err != nil {
-		return err
-	}
-	u.setXattrs(pfd, base, h, m)
-	u.dirTimes[p] = h.ModTime // set last, after the children are in
-	return nil
-}
-
-func (u *unpacker) writeFile(pfd int, base, p string, h *tar.Header, m *fileMeta, r io.Reader) error {
-	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(pfd, base, flags, 0o600)
-	if err == unix.EEXIST {
-		if err = removeAt(pfd, base); err == nil {
-			fd, err = unix.Openat(pfd, base, flags, 0o600)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
-	if _, err := io.CopyBuffer(writerOnly{f}, r, u.buf); err != nil {
-		return err
-	}
-	u.chown(pfd, base, m)
-	if err := unix.Fchmod(fd, u.filePerm(m.mode)); err != nil {
-		return err
-	}
-	u.setXattrs(pfd, base, h, m)
-	return u.setTimes(pfd, base, h)
-}
-
-func (u *unpacker) symlink(pfd int, base, p string, h *tar.Header, m *fileMeta) error {
-	if err := removeAt(pfd, base); err != nil {
-		return err
-	}
-	if err := unix.Symlinkat(h.Linkname, pfd, base); err != nil {
-		return err
-	}
-	m.mode = 0o777
-	u.chown(pfd, base, m)
-	u.setXattrs(pfd, base, h, m)
-	return u.setTimes(pfd, base, h)
-}
-
-// hardlink links to a target resolved inside the root like any other path;
-// a target that does not exist there (e.g. one that pointed outside) fails
-// the layer.
-func (u *unpacker) hardlink(pfd int, base, p string, h *tar.Header) error {
-	target := cleanName(h.Linkname)
-	if target == "" {
-		return fmt.Errorf("hardlink to the root directory")
-	}
-	tdir, tbase := splitParent(target)
-	tfd, treal, err := u.openDir(tdir, false)
-	if err != nil {
-		return fmt.Errorf("hardlink target %q: %w", h.Linkname, err)
-	}
-	defer unix.Close(tfd)
-	tp := joinRel(treal, tbase)
-	if tp == p {
-		return nil
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(tfd, tbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("hardlink target %q: %w", h.Linkname, err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return fmt.Errorf("hardlink target %q is a directory", h.Linkname)
-	}
-	if err := removeAt(pfd, base); err != nil {
-		return err
-	}
-	if err := unix.Linkat(tfd, tbase, pfd, base, 0); err != nil {
-		return fmt.Errorf("hardlink to %q: %w", h.Linkname, err)
-	}
-	m := u.meta[tp] // same inode, same metadata
-	if m == nil {
-		m = &fileMeta{mode: uint32(st.Mode) & 0o7777, uid: int(st.Uid), gid: int(st.Gid)}
-	}
-	u.created(p, m)
-	return nil
-}
-
-func (u *unpacker) mknod(pfd int, base, p string, h *tar.Header, m *fileMeta) error {
-	if err := removeAt(pfd, base); err != nil {
-		return err
-	}
-	var typ uint32
-	switch h.Typeflag {
-	case tar.TypeChar:
-		typ = unix.S_IFCHR
-	case tar.TypeBlock:
-		typ = unix.S_IFBLK
-	default:
-		typ = unix.S_IFIFO
-	}
-	dev := unix.Mkdev(uint32(h.Devmajor), uint32(h.Devminor))
-	var err error = unix.EPERM
-	if typ == unix.S_IFIFO || u.privileged {
-		err = unix.Mknodat(pfd, base, typ|u.filePerm(m.mode), int(dev))
-	}
-	if err == unix.EPERM && typ != unix.S_IFIFO {
-		// Not allowed here: leave an empty placeholder and create the node
-		// in the ext4 image with debugfs.
-		kind := byte('c')
-		if typ == unix.S_IFBLK {
-			kind = 'b'
-		}
-		m.dev = &devNode{kind: kind, major: uint32(h.Devmajor), minor: uint32(h.Devminor)}
-		fd, oerr := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if oerr != nil {
-			return oerr
-		}
-		unix.Close(fd)
-		if !u.notedDev {
-			u.notedDev = true
-			u.note("cannot create device nodes here (not root); adding them to the ext4 image with debugfs")
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	u.chown(pfd, base, m)
-	if err := unix.Fchmodat(pfd, base, u.filePerm(m.mode), 0); err != nil {
-		return err
-	}
-	u.setXattrs(pfd, base, h, m)
-	return u.setTimes(pfd, base, h)
-}
-
-// chown sets ownership when privileged. Failure (e.g. an unmapped uid in a
-// user namespace) is not fatal: the final walk sees the mismatch and fixes
-// it in the ext4 image.
-func (u *unpacker) chown(pfd int, base string, m *fileMeta) {
-	if u.privileged {
-		unix.Fchownat(pfd, base, m.uid, m.gid, unix.AT_SYMLINK_NOFOLLOW)
-	}
-}
-
-// setXattrs applies SCHILY.xattr.* PAX records. There is no lsetxattrat, so
-// the name is reached through the /proc magic link of the parent
-// descriptor, which the kernel does not re-resolve; the l-variant does not
-// follow the last component. What fails is kept for debugfs.
-func (u *unpacker) setXattrs(pfd int, base string, h *tar.Header, m *fileMeta) {
-	for k, v := range h.PAXRecords {
-		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
-		if !ok || name == "" {
-			continue
-		}
-		if err := unix.Lsetxattr(fmt.Sprintf("/proc/self/fd/%d/%s", pfd, base), name, []byte(v), 0); err != nil {
-			if m.xattrs == nil {
-				m.xattrs = map[string]string{}
-			}
-			m.xattrs[name] = v
+func (u *unpacker) clearLower(d *ext4fs.Node) {
+	for name, c := range d.Children {
+		if !u.seen[slot{d, name}] {
+			delete(d.Children, name)
+		} else if c.IsDir() {
+			u.clearLower(c)
 		}
 	}
 }
-
-func (u *unpacker) setTimes(pfd int, base string, h *tar.Header) error {
-	t := unix.NsecToTimespec(h.ModTime.UnixNano())
-	if h.ModTime.IsZero() {
-		return nil
-	}
-	err := unix.UtimesNanoAt(pfd, base, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
-	if err == unix.EPERM || err == unix.EACCES {
-		return nil
-	}
-	return err
-}
-
-// finish sets directory times, which adding children had changed.
-func (u *unpacker) finish() {
-	for p, mt := range u.dirTimes {
-		if mt.IsZero() {
-			continue
-		}
-		dir, base := splitParent(p)
-		if p == "" {
-			dir, base = "", "."
-		}
-		fd, _, err := u.openDir(dir, false)
-		if err != nil {
-			continue
-		}
-		t := unix.NsecToTimespec(mt.UnixNano())
-		unix.UtimesNanoAt(fd, base, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
-		unix.Close(fd)
-	}
-}
-
-// writerOnly hides os.File's ReadFrom so io.CopyBuffer uses our large
-// buffer instead of falling back to a 32 KiB one.
-type writerOnly struct{ io.Writer }
