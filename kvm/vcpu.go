@@ -217,7 +217,10 @@ func (v *VCPU) SetMSRs(entries []MSREntry) error {
 }
 
 // SetCPUID sets what CPUID returns in the guest (KVM_SET_CPUID2). It must
-// be called before the first Run.
+// be called before the first Run. Success does not mean KVM kept every
+// entry as given: it may drop leaves (an AMX host dropped its own supported
+// 0x1d/0x1e) and keeps some bits up to date itself, so CPUID reads back what
+// the vCPU really has.
 func (v *VCPU) SetCPUID(c *CPUID) error {
 	if c == nil {
 		return errors.New("KVM_SET_CPUID2: nil CPUID")
