@@ -159,6 +159,9 @@ func guestCPUID(supported *kvm.CPUID, index, count int) *kvm.CPUID {
 // leaves 0x1d/0x1e, which KVM_SET_CPUID2 then drops on some hosts (an
 // Intel Xeon with host kernel 6.18). A guest told it has AMX-TILE but no
 // tile palette and no XCR0 bit for the tiles is a CPU that does not exist.
+// (A PVM guest, which runs CPUID natively unless PVM intercepts it, may
+// still read the host's leaf 7 bits; it cannot enable tile state either,
+// since XSETBV traps and KVM limits XCR0 to the components of leaf 0xd.)
 //
 // The rule is written for components rather than for AMX alone, so that a
 // later dynamically enabled component (XFD-capable, ECX bit 2 of its 0xd
