@@ -170,6 +170,9 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := newWorker(env, d.backend, &d.stats)
+	if env.Features&FeatureMTU != 0 {
+		w.mtu = d.mtu // the driver keeps its frames to it, so transmit can hold it to that
+	}
 	d.negotiated = env.Features
 	d.irq = env.Interrupt
 	d.cancel = cancel

@@ -21,5 +21,9 @@
 //
 // Everything the guest supplies is hostile: headers are copied out of guest
 // memory before they are checked, and bad chains or headers drop that frame
-// (counted in Stats), never the device.
+// (counted in Stats), never the device. A transmitted header must describe a
+// frame a real stack could have sent (checkTxHeader lists the rules: fields
+// inside the frame, known GSO types, segments of at least minGSOSize bytes
+// that fit an IP packet and the MTU), so no backend is handed a super-frame
+// that would make it cut thousands of segments.
 package net

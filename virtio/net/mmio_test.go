@@ -142,19 +142,24 @@ func TestTransmitRefusesBadFrames(t *testing.T) {
 	r := newRig(t, Options{}, OffloadFeatures, ^uint64(FeatureHostECN))
 	frame := ethFrame(100, 3)
 	cases := map[string][][]byte{
-		"short header":        {make([]byte, 8)},
-		"runt frame":          {packet(Header{}, frame[:10])},
-		"DATA_VALID on tx":    {packet(Header{Flags: HeaderDataValid}, frame)},
-		"unknown flag":        {packet(Header{Flags: 0x40}, frame)},
-		"csum past the end":   {packet(Header{Flags: HeaderNeedsCsum, CsumStart: 90, CsumOffset: 9}, frame)},
-		"GSO without csum":    {packet(Header{GSOType: GSOTCPv4, GSOSize: 1000}, frame)},
-		"GSO with zero size":  {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv6, CsumStart: 54, CsumOffset: 16}, frame)},
-		"UDP GSO":             {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOUDP, GSOSize: 1000, CsumStart: 34, CsumOffset: 6}, frame)},
-		"ECN not negotiated":  {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv4 | GSOECN, GSOSize: 1000, CsumStart: 34, CsumOffset: 16}, frame)},
-		"unknown GSO type":    {packet(Header{Flags: HeaderNeedsCsum, GSOType: 2, GSOSize: 1000, CsumStart: 34, CsumOffset: 16}, frame)},
-		"ECN without GSO":     {packet(Header{GSOType: GSOECN}, frame)},
-		"frame over 65550":    {packet(Header{}, ethFrame(MaxFrameLen+1, 4))},
-		"frame in 2 pieces >": {make([]byte, HeaderSize), ethFrame(MaxFrameLen+1, 5)},
+		"short header":                {make([]byte, 8)},
+		"runt frame":                  {packet(Header{}, frame[:10])},
+		"DATA_VALID on tx":            {packet(Header{Flags: HeaderDataValid}, frame)},
+		"unknown flag":                {packet(Header{Flags: 0x40}, frame)},
+		"csum past the end":           {packet(Header{Flags: HeaderNeedsCsum, CsumStart: 90, CsumOffset: 9}, frame)},
+		"GSO without csum":            {packet(Header{GSOType: GSOTCPv4, GSOSize: 1000}, frame)},
+		"GSO with zero size":          {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv6, CsumStart: 54, CsumOffset: 16}, frame)},
+		"UDP GSO":                     {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOUDP, GSOSize: 1000, CsumStart: 34, CsumOffset: 6}, frame)},
+		"ECN not negotiated":          {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv4 | GSOECN, GSOSize: 1000, CsumStart: 34, CsumOffset: 16}, frame)},
+		"unknown GSO type":            {packet(Header{Flags: HeaderNeedsCsum, GSOType: 2, GSOSize: 1000, CsumStart: 34, CsumOffset: 16}, frame)},
+		"ECN without GSO":             {packet(Header{GSOType: GSOECN}, frame)},
+		"frame over 65550":            {packet(Header{}, ethFrame(MaxFrameLen+1, 4))},
+		"hdr_len past the end":        {packet(Header{HdrLen: 101}, frame)},
+		"csum in the Ethernet header": {packet(Header{Flags: HeaderNeedsCsum, CsumStart: 4, CsumOffset: 2}, frame)},
+		"GSO tiny segments":           {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv4, GSOSize: 1, CsumStart: 34, CsumOffset: 16}, frame)},
+		"GSO csum not TCP's":          {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv4, GSOSize: 1000, CsumStart: 34, CsumOffset: 6}, frame)},
+		"GSO in the IP header":        {packet(Header{Flags: HeaderNeedsCsum, GSOType: GSOTCPv4, GSOSize: 1000, CsumStart: 20, CsumOffset: 16}, frame)},
+		"frame in 2 pieces >":         {make([]byte, HeaderSize), ethFrame(MaxFrameLen+1, 5)},
 	}
 	for name, pieces := range cases {
 		r.tx.SetUsedEvent(r.tx.UsedIdx())

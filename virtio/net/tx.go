@@ -49,7 +49,7 @@ func (w *worker) transmit(chain *virtio.Chain) {
 		return
 	}
 	h, _ := ParseHeader(w.txHeader[:]) // cannot fail: HeaderSize bytes
-	if err := checkTxHeader(h, int(total-HeaderSize), w.features); err != nil {
+	if err := checkTxHeader(h, int(total-HeaderSize), w.features, w.mtu); err != nil {
 		w.stats.txDropped.Add(1)
 		return
 	}

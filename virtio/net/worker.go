@@ -26,6 +26,7 @@ type worker struct {
 	irq      virtio.Interrupter
 	backend  Backend
 	features uint64 // negotiated
+	mtu      uint16 // the MTU the driver was given (VIRTIO_NET_F_MTU negotiated), else 0
 	stats    *stats
 
 	// arm asks the waiter goroutine to wait for the backend to become
