@@ -92,6 +92,9 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	if err := s.unpackLayers(bctx, cancel, src, image, u, o.Progress); err != nil {
 		return nil, noSpace(err, tmp)
 	}
+	if testHookBeforeFinish != nil {
+		testHookBeforeFinish()
+	}
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "writing ext4 image (%s of files)\n", humanBytes(float64(w.DataBytes())))
 	}
@@ -271,6 +274,10 @@ const (
 	// content, so that a writable copy of it has room to grow.
 	spareBytes = 64 << 20
 )
+
+// testHookBeforeFinish lets a test look at the host while every layer
+// has been applied and the image is not yet finished.
+var testHookBeforeFinish func()
 
 // volumeUUID derives the filesystem UUID from the image digest, so that
 // the same image always makes the same filesystem.

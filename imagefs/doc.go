@@ -3,12 +3,36 @@
 // ext4 root filesystem image plus the image's run configuration, cached on
 // disk by image digest.
 //
+// # Trust boundary
+//
+// An image is hostile: its names, link targets, modes, owners, device
+// numbers, xattrs and sizes are chosen by whoever built it. So:
+//
+//   - No byte of an image reaches a shell or any command language. Layers
+//     are applied to a tree held in memory and written as ext4 by this
+//     module's own writer (package ext4fs); no external tool runs.
+//   - Nothing of an image is created on the host filesystem but the image
+//     file itself (0600, in a 0700 directory): no setuid bit, device node,
+//     file capability or hostile path ever exists on the host, and no
+//     layer-chosen path is handed to the kernel, so no symlink in a layer
+//     can point a write outside.
+//   - Every tar header is validated before it is applied (names and link
+//     targets against PATH_MAX/NAME_MAX and NUL, owners, device numbers,
+//     xattr names against the kernel's namespaces and 255-byte limit, entry
+//     types); an invalid entry fails the pull naming the entry, quoted.
+//   - What one image may unpack to is bounded while it streams (Limits:
+//     SMOL_MAX_IMAGE_SIZE, SMOL_MAX_IMAGE_ENTRIES), so a compressed bomb
+//     fails in seconds.
+//   - Every digest that names content is checked against the content:
+//     layers while they stream, manifests and configs before they are used.
+//   - Image-chosen text in smol's messages is quoted.
+//
 // # Why ext4 and not a directory
 //
 // A microVM needs a block device for its root. Building the ext4 image once
-// per image digest with mke2fs -d (e2fsprogs ≥ 1.43) makes every later boot a
-// cheap copy/overlay of one file, and keeps the host free of extracted image
-// trees that would need root to own correctly.
+// per image digest makes every later boot a cheap overlay of one file, and
+// keeps the host free of extracted image trees that would need root to own
+// correctly and would carry the image's privileges.
 //
 // # Layout on disk
 //
@@ -24,19 +48,13 @@
 // therefore leaves at most a *.tmp-* directory, which the next build of that
 // digest (or the next Open) removes.
 //
-// # Layer semantics and safety
+// # Layer semantics
 //
-// Layers are applied by this package, not by a library: whiteouts
-// (.wh.NAME), opaque directories (.wh..wh..opq), hardlinks, symlinks,
-// devices, modes, owners, times and PAX xattrs. Layer contents are treated as
-// hostile. Every path is resolved component by component with openat(2) and
-// O_NOFOLLOW relative to a directory descriptor of the staging root; a
-// symlink met in a parent component is resolved *scoped to the staging root*
-// (as containerd does: "/" and ".." never leave it), and the last component
-// of an entry is never followed. Names are cleaned as if rooted, so "../x"
-// and "/x" both land on <root>/x.
-//
-// When the process is not root (or cannot chown/mknod/set an xattr) the
-// staging tree keeps the wanted ownership, modes, device nodes and xattrs in
-// memory, and they are written into the finished ext4 image with debugfs.
+// Whiteouts (.wh.NAME), opaque directories (.wh..wh..opq), hardlinks,
+// symlinks, devices, FIFOs, modes (setuid/setgid/sticky included), owners,
+// times and PAX xattrs (SCHILY.xattr.*, POSIX ACLs included) are applied as
+// containerd would. Names are cleaned as if rooted, so "../x" and "/x" both
+// land on /x; a symlink met in a parent component is resolved scoped to the
+// root ("/" and ".." never leave it); the last component of an entry is
+// never followed; a hardlink's target must exist inside the root.
 package imagefs
