@@ -14,6 +14,7 @@ import (
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/imagefs"
 	"github.com/smolvm/smol/internal/syncbuf"
+	"github.com/smolvm/smol/internal/termsafe"
 )
 
 // Command is a program for the guest agent to run, with its streams.
@@ -47,10 +48,14 @@ type Winsize = agent.Winsize
 // gives for it (126 or 127).
 type CommandError struct {
 	Code int
-	Msg  string
+	// Msg is the guest agent's reason, exactly as it sent it: guest text,
+	// which may hold terminal escape sequences. Error escapes it.
+	Msg string
 }
 
-func (e *CommandError) Error() string { return e.Msg }
+// Error returns Msg escaped (termsafe.Line), since error strings end up on
+// terminals and a hostile guest chooses Msg.
+func (e *CommandError) Error() string { return termsafe.Line(e.Msg) }
 
 // agentBootTimeout bounds the wait for the agent's first connection.
 // Generous: the box runs guests under a software CPU.
@@ -200,9 +205,16 @@ func guestFailure(m *Machine, err error, console *syncbuf.Tail) error {
 	if _, crash := m.Wait(); crash != nil {
 		err = crash
 	}
+	return withConsoleTail(err, console)
+}
+
+// withConsoleTail adds the end of the guest's console to err, if there is
+// one. The guest wrote it, so it is escaped: it cannot drive the terminal
+// the error is printed on.
+func withConsoleTail(err error, console *syncbuf.Tail) error {
 	if console != nil {
 		if tail := console.String(); tail != "" {
-			return fmt.Errorf("%w; guest console ends with:\n%s", err, tail)
+			return fmt.Errorf("%w; guest console ends with:\n%s", err, termsafe.Text(tail))
 		}
 	}
 	return err

@@ -80,7 +80,7 @@ func (w *workload) run() (int, error) {
 	code, err := smol.RunCommand(ctx, w.cfg, image, cmd)
 	var ce *smol.CommandError
 	if errors.As(err, &ce) {
-		fmt.Fprintf(os.Stderr, "smol: %s\n", ce.Msg)
+		fmt.Fprintf(os.Stderr, "smol: %s\n", ce.Error()) // Error escapes the guest's text; Msg is raw
 		return ce.Code, nil
 	}
 	return code, err
