@@ -18,10 +18,19 @@ import (
 // cache.
 type fileLock struct{ f *os.File }
 
+// The store is private to the user who owns it: its entries are the root
+// filesystems of what that user runs, refs.json says which images those
+// are, and a lock file someone else could open is a lock they could hold
+// forever. Directories are 0700, files 0600 (less the umask).
+const (
+	privateDir  os.FileMode = 0o700
+	privateFile os.FileMode = 0o600
+)
+
 // lockFile takes an exclusive flock on path, polling so that ctx can cancel
 // the wait.
 func lockFile(ctx context.Context, path string) (*fileLock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, privateFile)
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
@@ -45,7 +54,7 @@ func lockFile(ctx context.Context, path string) (*fileLock, error) {
 
 // tryLockFile takes the lock only if nobody holds it.
 func tryLockFile(path string) (*fileLock, bool) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, privateFile)
 	if err != nil {
 		return nil, false
 	}
@@ -60,10 +69,11 @@ func (l *fileLock) unlock() { l.f.Close() }
 
 // writeFileAtomic writes data to path via a synced temporary file and a
 // rename, then syncs the directory, so readers see the old or the new
-// version and never a torn one.
+// version and never a torn one. The file is private to the user, like
+// everything in the store (refs.json names what the user runs).
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp-" + randomSuffix()
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, privateFile)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,15 +17,17 @@ import (
 // can show names. Keys are "<canonical ref>|<platform>": the canonical form
 // of a registry ref (index.docker.io/library/alpine:latest) or the absolute
 // path of a local source, so "alpine" and "docker.io/library/alpine" share an
-// entry, while each platform of a multi-arch image has its own.
+// entry, while each platform of a multi-arch image has its own. A record's
+// Digest is the entry's cache key (see entryDir): a registry ref's is in
+// the registry's key space, a local source's in a local one.
 
 type refIndex struct {
 	Refs map[string]refRecord `json:"refs"`
 }
 
 type refRecord struct {
-	Ref      string    `json:"ref"` // as last typed
-	Digest   string    `json:"digest"`
+	Ref      string    `json:"ref"`    // as last typed
+	Digest   string    `json:"digest"` // cache key of the entry
 	Platform string    `json:"platform"`
 	Updated  time.Time `json:"updated"`
 	// Size and modification time of a local tarball when it was read, so
@@ -41,6 +44,22 @@ func refName(key string) string {
 		return key[:i]
 	}
 	return key
+}
+
+// isLocalRefKey reports a key made for a local source: its canonical part
+// is an absolute path, which no registry reference is.
+func isLocalRefKey(key string) bool { return strings.HasPrefix(refName(key), "/") }
+
+// legacyLocalDigests lists the registry-space cache keys that local refs
+// point to: what an older smol, which had one key space for all, left.
+func (idx *refIndex) legacyLocalDigests() []string {
+	var out []string
+	for k, r := range idx.Refs {
+		if isLocalRefKey(k) && !isLocalKey(r.Digest) && !slices.Contains(out, r.Digest) {
+			out = append(out, r.Digest)
+		}
+	}
+	return out
 }
 
 func (idx *refIndex) pointsTo(digest string) bool {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -68,11 +69,16 @@ type Config struct {
 // Image is one cached image.
 type Image struct {
 	Ref     string    // as the user typed it ("" for an entry no ref points to)
-	Digest  string    // "sha256:…" of the manifest: the cache key (config digest for docker-save tarballs)
+	Digest  string    // "sha256:…" of the manifest (of the config for docker-save tarballs)
 	Disk    string    // absolute path of the cached read-only ext4 image
 	Size    int64     // bytes of the ext4 file
 	Config  Config    // run configuration
 	Created time.Time // when it was cached
+
+	// key is the entry's cache key: Digest in the key space of where the
+	// image came from (see entryDir). A registry image and a local source
+	// with the same Digest are two entries, and two Images, with two keys.
+	key string
 }
 
 // Store is an on-disk image cache rooted at <home>/images.
@@ -108,13 +114,84 @@ func Open(home string) (*Store, error) {
 		return nil, err
 	}
 	for _, d := range []string{root, filepath.Join(root, "sha256"), filepath.Join(root, "tmp")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := makePrivateDir(d); err != nil {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
+	// A store made by an older smol has its algorithm directories 0755;
+	// the root alone being 0700 already shuts others out, these follow so
+	// that no mode in the store says otherwise.
+	des, _ := os.ReadDir(root)
+	for _, de := range des {
+		if de.IsDir() {
+			if err := makePrivateDir(filepath.Join(root, de.Name())); err != nil {
+				return nil, fmt.Errorf("image store: %w", err)
+			}
+		}
+	}
 	s := &Store{root: root}
+	if err := s.dropLegacyLocalEntries(); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
 	s.gc()
 	return s, nil
+}
+
+// makePrivateDir creates dir (and missing parents) 0700, and takes group
+// and other access away from one that exists: a cache made by an older
+// smol, or by hand, must not stay readable (nor, worse, writable) by other
+// users, who could read what this user runs or plant entries for it.
+func makePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, privateDir); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, privateDir); err != nil {
+			return fmt.Errorf("%s is open to other users and cannot be made private: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// dropLegacyLocalEntries forgets what an older smol cached for local
+// sources. It keyed them in the registry's key space, by the manifest
+// digest a layout's index.json claimed (unchecked) or by a docker-save's
+// config digest, so such an entry may hold a local file's content under a
+// registry image's digest, and nothing on disk says who built it. Every entry a local ref points to in that space is removed,
+// with all refs to it: the local source is read again (verified, into its
+// own key space) and a registry ref pulls again, once.
+func (s *Store) dropLegacyLocalEntries() error {
+	idx, err := s.loadRefs()
+	if err != nil {
+		return nil // a corrupt index is reported where it is used
+	}
+	if len(idx.legacyLocalDigests()) == 0 {
+		return nil
+	}
+	var doomed []string
+	if err := s.updateRefs(func(idx *refIndex) {
+		doomed = idx.legacyLocalDigests()
+		for k, rec := range idx.Refs {
+			if slices.Contains(doomed, rec.Digest) {
+				delete(idx.Refs, k)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	for _, d := range doomed {
+		if err := s.removeEntry(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Downloads counts layer blobs fetched from a registry by this Store.
@@ -134,7 +211,7 @@ func (s *Store) Get(ctx context.Context, ref string, o Options) (*Image, error) 
 		if abs, size, mtime, ok := localStamp(ref); ok {
 			if idx, err := s.loadRefs(); err == nil {
 				rec, ok := idx.Refs[refKey(abs, o.Platform)]
-				if ok && rec.SourceSize == size && rec.SourceMtime == mtime {
+				if ok && isLocalKey(rec.Digest) && rec.SourceSize == size && rec.SourceMtime == mtime {
 					if img, ok := s.entry(rec.Digest); ok {
 						img.Ref = ref
 						return img, nil
@@ -188,15 +265,17 @@ func (s *Store) fetch(ctx context.Context, ref string, o Options) (*Image, error
 	return img, nil
 }
 
-// fromIndex returns the cached image the ref index maps key to, if the entry
-// is still complete. It touches no network.
+// fromIndex returns the cached image the ref index maps the registry ref
+// key to, if the entry is still complete. It touches no network. Only an
+// entry in the registry's key space can answer: a local source never
+// decides what a registry reference runs.
 func (s *Store) fromIndex(key, ref string) (*Image, bool) {
 	idx, err := s.loadRefs()
 	if err != nil {
 		return nil, false
 	}
 	rec, ok := idx.Refs[key]
-	if !ok {
+	if !ok || isLocalKey(rec.Digest) {
 		return nil, false
 	}
 	img, ok := s.entry(rec.Digest)
@@ -229,8 +308,8 @@ func (s *Store) List() ([]Image, error) {
 		used[rec.Digest] = true
 		out = append(out, img)
 	}
-	for d, img := range entries {
-		if !used[d] {
+	for k, img := range entries {
+		if !used[k] {
 			img.Ref = ""
 			out = append(out, img)
 		}
@@ -239,15 +318,16 @@ func (s *Store) List() ([]Image, error) {
 		if out[i].Ref != out[j].Ref {
 			return out[i].Ref < out[j].Ref
 		}
-		return out[i].Digest < out[j].Digest
+		return out[i].key < out[j].key
 	})
 	return out, nil
 }
 
 // Remove deletes a ref, or an entry by digest ("sha256:<hex>", "<hex>" or a
-// unique prefix of at least 12 hex characters). Removing a ref also removes
-// its entry when no other ref points to it; removing a digest drops every
-// ref pointing to it.
+// unique prefix of at least 12 hex characters; "layout-sha256:…" or
+// "docker-sha256:…" names only a local source's entry, where a registry
+// image has the same digest). Removing a ref also removes its entry when no
+// other ref points to it; removing a digest drops every ref pointing to it.
 func (s *Store) Remove(ref string) error {
 	idx, err := s.loadRefs()
 	if err != nil {
@@ -314,11 +394,17 @@ func (s *Store) Remove(ref string) error {
 	return s.removeEntry(d)
 }
 
-// matchDigest finds the one complete entry whose digest is (or starts with)
-// s: a full digest, or at least 12 hex characters with or without "sha256:".
+// matchDigest finds the key of the one complete entry whose digest is (or
+// starts with) q: a full digest, or at least 12 hex characters with or
+// without "sha256:" (any key space) or a local key space's prefix (that
+// space only).
 func (s *Store) matchDigest(q string) (string, error) {
-	hex := strings.TrimPrefix(q, "sha256:")
-	if len(hex) < 12 || strings.Trim(hex, "0123456789abcdef") != "" {
+	space, hex, ok := strings.Cut(q, ":")
+	if !ok {
+		space, hex = "", q
+	}
+	if (space != "" && space != "sha256" && !isLocalSpace(space)) ||
+		len(hex) < 12 || strings.Trim(hex, "0123456789abcdef") != "" {
 		return "", fmt.Errorf("no cached image %q (not a known ref, and not a digest or a prefix of ≥12 hex characters)", q)
 	}
 	entries, err := s.entries()
@@ -326,18 +412,22 @@ func (s *Store) matchDigest(q string) (string, error) {
 		return "", err
 	}
 	var found []string
-	for d := range entries {
-		if strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), hex) {
-			found = append(found, d)
+	for k, img := range entries {
+		if isLocalSpace(space) && !strings.HasPrefix(k, space+":") {
+			continue
+		}
+		if strings.HasPrefix(strings.TrimPrefix(img.Digest, "sha256:"), hex) {
+			found = append(found, k)
 		}
 	}
+	sort.Strings(found)
 	switch len(found) {
 	case 0:
 		return "", fmt.Errorf("no cached image %q", q)
 	case 1:
 		return found[0], nil
 	}
-	return "", fmt.Errorf("digest prefix %q is ambiguous (%d images)", q, len(found))
+	return "", fmt.Errorf("digest %q is ambiguous: it names %s", q, strings.Join(found, ", "))
 }
 
 func (o Options) normalize() (Options, error) {
@@ -366,25 +456,108 @@ type entryMeta struct {
 	Created  time.Time `json:"created"`
 }
 
-// entryDir is <root>/<algo>/<hex> for digest "<algo>:<hex>".
-func (s *Store) entryDir(digest string) (string, error) {
-	h, err := v1.NewHash(digest)
+// Cache keys and their key spaces.
+//
+// An entry is keyed by the digest that names its content, qualified by
+// where that digest came from:
+//
+//	sha256:<hex>         a registry image's manifest   <root>/sha256/<hex>
+//	layout-sha256:<hex>  an OCI layout's manifest       <root>/sha256/layout-<hex>
+//	docker-sha256:<hex>  a docker-save archive's config <root>/sha256/docker-<hex>
+//
+// A registry vouches for its digests (go-containerregistry checks what it
+// serves against them); a local file is whatever its author wrote. Local
+// sources are verified too (source.go hashes index.json's manifest and the
+// manifest's config, and the build hashes every layer), but their entries
+// still live apart: a docker-save config digest names a different document
+// than a manifest digest (a config whose bytes are a registry manifest has
+// that manifest's digest and builds another root filesystem), and the rule
+// "a local file can never satisfy or replace a registry reference's entry"
+// holds by construction, not by the care of each verifier. An image that
+// arrives both ways is built twice, which is cheap next to trusting the
+// wrong one.
+//
+// A key is what build.go knows as src.digest.String(), so for a local
+// source the key space travels in v1.Hash's Algorithm; entryDir is the one
+// place that maps keys to directories. All live under <root>/sha256, one
+// directory Open makes private.
+const (
+	layoutSpace = "layout-sha256"
+	dockerSpace = "docker-sha256"
+)
+
+// localSpaceDirs maps a local key space to its entries' name prefix.
+var localSpaceDirs = map[string]string{layoutSpace: "layout-", dockerSpace: "docker-"}
+
+func isLocalSpace(space string) bool { _, ok := localSpaceDirs[space]; return ok }
+
+// isLocalKey reports whether key is a local source's (not a registry's).
+func isLocalKey(key string) bool {
+	space, _, _ := strings.Cut(key, ":")
+	return isLocalSpace(space)
+}
+
+// localKey is the cache key of a local source whose content hashes to h.
+func localKey(space string, h v1.Hash) v1.Hash { return v1.Hash{Algorithm: space, Hex: h.Hex} }
+
+// isSHA256Hex reports 64 lowercase hex digits: all a directory name may
+// take from a key.
+func isSHA256Hex(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// entryDir is the directory of the entry with cache key key (see the key
+// spaces above).
+func (s *Store) entryDir(key string) (string, error) {
+	space, hex, _ := strings.Cut(key, ":")
+	if prefix, ok := localSpaceDirs[space]; ok {
+		if !isSHA256Hex(hex) {
+			return "", fmt.Errorf("bad cache key %q", key)
+		}
+		return filepath.Join(s.root, "sha256", prefix+hex), nil
+	}
+	h, err := v1.NewHash(key)
 	if err != nil {
-		return "", fmt.Errorf("bad digest %q: %w", digest, err)
+		return "", fmt.Errorf("bad digest %q: %w", key, err)
 	}
 	return filepath.Join(s.root, h.Algorithm, h.Hex), nil
 }
 
+// keyOfDir inverts entryDir for a directory <root>/<algo>/<name>; ok is
+// false for names no key maps to (temporary and foreign directories).
+func keyOfDir(dir string) (key, digest string, ok bool) {
+	algo, name := filepath.Base(filepath.Dir(dir)), filepath.Base(dir)
+	if algo == "sha256" {
+		for space, prefix := range localSpaceDirs {
+			if hex, found := strings.CutPrefix(name, prefix); found && isSHA256Hex(hex) {
+				return space + ":" + hex, "sha256:" + hex, true
+			}
+		}
+	}
+	h, err := v1.NewHash(algo + ":" + name)
+	if err != nil {
+		return "", "", false
+	}
+	return h.String(), h.String(), true
+}
+
 // entry loads a complete cache entry.
-func (s *Store) entry(digest string) (*Image, bool) {
-	dir, err := s.entryDir(digest)
+func (s *Store) entry(key string) (*Image, bool) {
+	dir, err := s.entryDir(key)
 	if err != nil {
 		return nil, false
 	}
 	return loadEntry(dir)
 }
 
+// loadEntry loads the complete entry in dir. Its key and digest come from
+// the directory's name, which is what lookups go by, not from the
+// config.json inside.
 func loadEntry(dir string) (*Image, bool) {
+	key, digest, ok := keyOfDir(dir)
+	if !ok {
+		return nil, false
+	}
 	if _, err := os.Stat(filepath.Join(dir, markerFile)); err != nil {
 		return nil, false
 	}
@@ -401,10 +574,10 @@ func loadEntry(dir string) (*Image, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Image{Ref: m.Ref, Digest: m.Digest, Disk: disk, Size: st.Size(), Config: m.Config, Created: m.Created}, true
+	return &Image{Ref: m.Ref, Digest: digest, Disk: disk, Size: st.Size(), Config: m.Config, Created: m.Created, key: key}, true
 }
 
-// entries maps digest → complete entry for everything in the store.
+// entries maps cache key → complete entry for everything in the store.
 func (s *Store) entries() (map[string]Image, error) {
 	out := map[string]Image{}
 	algos, err := os.ReadDir(s.root)
@@ -424,18 +597,18 @@ func (s *Store) entries() (map[string]Image, error) {
 				continue
 			}
 			if img, ok := loadEntry(filepath.Join(s.root, a.Name(), de.Name())); ok {
-				out[img.Digest] = *img
+				out[img.key] = *img
 			}
 		}
 	}
 	return out, nil
 }
 
-// removeEntry deletes an entry under its lock. It first renames the entry
+// removeEntry deletes the entry with cache key key under its lock. It first renames the entry
 // to a *.tmp-rm-* name so that it stops looking complete atomically, even if
 // the deletion is interrupted.
-func (s *Store) removeEntry(digest string) error {
-	dir, err := s.entryDir(digest)
+func (s *Store) removeEntry(key string) error {
+	dir, err := s.entryDir(key)
 	if err != nil {
 		return err
 	}
