@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/smolvm/smol/guest/initramfs"
 )
@@ -24,14 +27,52 @@ type Options struct {
 	Memory string    // QEMU -m syntax; default "6G"
 	// Log, if set, receives QEMU's own diagnostics.
 	Log io.Writer
+	// Watchdog ends a box that has shown no sign of life (no heartbeat
+	// from its init, no console output), or whose 9p share has not
+	// answered, for this long (life.go). 0: $SMOLBOX_WATCHDOG, else
+	// 120 s; negative: no watchdog.
+	Watchdog time.Duration
+	// Timeout ends a box whose command has not finished this long after
+	// the box started (waiting for another box to finish does not
+	// count). 0: $SMOLBOX_TIMEOUT, else none; negative: none.
+	Timeout time.Duration
+
+	// started, if set, is called once QEMU runs and its monitor answers
+	// (tests freeze boxes with it).
+	started func(*running)
+}
+
+// running is a started box as its test hook sees it.
+type running struct {
+	pid     int
+	monitor *qmp
 }
 
 // ErrBoxCrashed reports a box that ended before its command did: its own
 // kernel crashed or reset (see README, known issue), not the command.
 var ErrBoxCrashed = errors.New("the box ended without the command's status")
 
+// ErrBoxHung reports a box that its watchdog ended: it showed no sign of
+// life, or its 9p share did not answer, for the watchdog period (see
+// README, known issue). Like a crash, it says nothing about the command.
+var ErrBoxHung = errors.New("the box hung")
+
+// ErrTimeout reports a command that had not finished when the box's
+// Timeout (SMOLBOX_TIMEOUT) ran out; the box itself was alive.
+var ErrTimeout = errors.New("the box's command did not finish in time")
+
 // ErrUnavailable reports that the box cannot start here.
 var ErrUnavailable = errors.New("the test box is not available")
+
+// reportError is a hung or timed-out box, with what the harness could
+// find out about it; it matches its sentinel with errors.Is.
+type reportError struct {
+	kind error // ErrBoxHung or ErrTimeout
+	msg  string
+}
+
+func (e *reportError) Error() string        { return e.msg }
+func (e *reportError) Is(target error) bool { return target == e.kind }
 
 // Paths the box needs, found relative to the repository root.
 const (
@@ -72,6 +113,15 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	if opts.Memory == "" {
 		opts.Memory = "6G"
 	}
+	if opts.Watchdog, err = limit(opts.Watchdog, "SMOLBOX_WATCHDOG", defaultWatchdog); err != nil {
+		return -1, err
+	}
+	if opts.Watchdog > 0 && opts.Watchdog < minWatchdog {
+		return -1, fmt.Errorf("box watchdog %v: at least %v (it must outlast a few of the box's %v heartbeats)", opts.Watchdog, minWatchdog, beatPeriod)
+	}
+	if opts.Timeout, err = limit(opts.Timeout, "SMOLBOX_TIMEOUT", 0); err != nil {
+		return -1, err
+	}
 
 	// The job directory is on the host and therefore also in the box.
 	job, err := os.MkdirTemp("", "smolbox-")
@@ -86,6 +136,19 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	if err := writeInitramfs(initrd); err != nil {
 		return -1, err
 	}
+	// QEMU connects to these two at its start: no race with a listener
+	// that QEMU would have to create first.
+	lifeSock, monitorSock := filepath.Join(job, "life.sock"), filepath.Join(job, "qmp.sock")
+	lifeL, err := net.Listen("unix", lifeSock)
+	if err != nil {
+		return -1, fmt.Errorf("box life port: %w", err)
+	}
+	defer lifeL.Close()
+	monitorL, err := net.Listen("unix", monitorSock)
+	if err != nil {
+		return -1, fmt.Errorf("box monitor: %w", err)
+	}
+	defer monitorL.Close()
 
 	release, err := acquireLock(ctx, os.Stderr)
 	if err != nil {
@@ -98,17 +161,40 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	if opts.Log != nil {
 		logw = io.MultiWriter(&qemuLog, opts.Log)
 	}
-	cmd := exec.CommandContext(ctx, qemu, qemuArgs(kernel, initrd, job, opts)...)
+	began := time.Now()
+	b := &session{kernel: kernel, life: newLife(began)}
+	b.console = &consoleTail{w: opts.Stdout, life: b.life}
+	cmd := exec.Command(qemu, qemuArgs(kernel, initrd, job, lifeSock, monitorSock, opts)...)
 	cmd.Stdin = nil
-	cmd.Stdout = opts.Stdout
+	cmd.Stdout = b.console
 	cmd.Stderr = logw
-	runErr := cmd.Run()
+	// A harness that is killed (go test's own timeout, say) must not
+	// leave a box behind that runs on, or hangs, with no one to end it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("box: start %s: %w", qemu, err)
+	}
+	defer b.close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	go b.acceptLife(lifeL)
+	go b.acceptMonitor(monitorL, cmd.Process.Pid, opts.started)
+
+	if code, ended, err := b.watch(ctx, cmd.Process, exited, opts, began); ended {
+		return code, err
+	}
 	status, err := os.ReadFile(filepath.Join(job, "status"))
 	if err != nil {
-		if ctx.Err() != nil {
-			return -1, fmt.Errorf("box: %w", ctx.Err())
+		if code, ok := b.life.exitStatus(); ok {
+			// The command finished and said so over the life port;
+			// the box failed after it, writing the status file.
+			fmt.Fprintf(os.Stderr, "box: the box ended before it wrote the command's status file; the status (%d) came over its life port\n", code)
+			return code, nil
 		}
-		return -1, fmt.Errorf("%w (qemu: %v): %s", ErrBoxCrashed, runErr, lastLine(qemuLog.String()))
+		if ctx.Err() != nil {
+			return -1, fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+		return -1, fmt.Errorf("%w (qemu: %v): %s", ErrBoxCrashed, b.qemuExit, lastLine(qemuLog.String()))
 	}
 	code, err := strconv.Atoi(strings.TrimSpace(string(status)))
 	if err != nil {
@@ -117,10 +203,34 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	return code, nil
 }
 
+// limit is a duration from opts, else from the environment variable env
+// (a Go duration such as 90s or 30m, or whole seconds; 0 or "off" for
+// none), else def. Negative means none.
+func limit(fromOpts time.Duration, env string, def time.Duration) (time.Duration, error) {
+	if fromOpts != 0 {
+		return fromOpts, nil
+	}
+	v := strings.TrimSpace(os.Getenv(env))
+	switch v {
+	case "":
+		return def, nil
+	case "0", "off", "none":
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 120s or 30m (or off)", env, v)
+	}
+	return d, nil
+}
+
 // qemuArgs is the box's virtual machine: QEMU's microvm with its software
 // CPU (TCG, multi-threaded) presenting an AMD EPYC with SVM, so the box
 // kernel's kvm_amd gives real KVM to the command.
-func qemuArgs(kernel, initrd, job string, opts Options) []string {
+func qemuArgs(kernel, initrd, job, lifeSock, monitorSock string, opts Options) []string {
 	return []string{
 		"-M", "microvm,rtc=on,acpi=off",
 		"-accel", "tcg,thread=multi",
@@ -134,8 +244,18 @@ func qemuArgs(kernel, initrd, job string, opts Options) []string {
 		"-append", boxCmdline(job),
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
+		// The life port (life.go) and the monitor (qmp.go).
+		"-chardev", "socket,id=life,path=" + qemuOptValue(lifeSock),
+		"-device", "virtio-serial-device",
+		"-device", "virtserialport,chardev=life,name=" + lifePort,
+		"-chardev", "socket,id=qmp,path=" + qemuOptValue(monitorSock),
+		"-mon", "chardev=qmp,mode=control",
 	}
 }
+
+// qemuOptValue escapes a value for QEMU's option syntax, where a comma
+// ends it unless doubled.
+func qemuOptValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // boxCPU is the CPU model QEMU presents to the box: an AMD EPYC with SVM,
 // or $SMOLBOX_QEMU_CPU (QEMU -cpu syntax), to try other emulated features.
@@ -151,7 +271,8 @@ func boxCPU() string {
 // rebuild.
 func boxCmdline(job string) string {
 	params := strings.Join([]string{"console=ttyS0", verbosity(), tscParams(), os.Getenv("SMOLBOX_APPEND"),
-		"panic=-1", "reboot=t", "smolbox.job=" + job}, " ")
+		"panic=-1", "reboot=t", "smolbox.job=" + job,
+		fmt.Sprintf("smolbox.beat=%d", beatPeriod/time.Second)}, " ")
 	return strings.Join(strings.Fields(params), " ")
 }
 

@@ -14,6 +14,15 @@
 // Unix sockets cannot be created on the host files seen over 9p; what a
 // command leaves there is gone when the box ends.
 //
+// A box can crash (its own kernel dies: ErrBoxCrashed) or hang. Against
+// hangs, its init sends heartbeats over a virtio-serial port, one from the
+// box kernel and one through its 9p share, and a watchdog ends a box that
+// has sent neither heartbeat nor console output, or whose share has not
+// answered, for SMOLBOX_WATCHDOG (120 s): ErrBoxHung, with the box's last
+// console lines and where QEMU says its vCPUs are (life.go, qmp.go). A
+// silent command is not a hung box. SMOLBOX_TIMEOUT bounds a whole
+// command (ErrTimeout).
+//
 // On a host whose /dev/kvm boots Linux, the box steps aside: Main runs the
 // tests directly.
 //

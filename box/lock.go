@@ -44,7 +44,7 @@ func acquireLock(ctx context.Context, notice io.Writer) (release func(), err err
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("box: %w", ctx.Err())
+			return nil, fmt.Errorf("interrupted while waiting for the box lock: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

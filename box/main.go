@@ -28,10 +28,11 @@ func Main(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "box: host /dev/kvm cannot boot Linux; running %s inside the test box\n", shortName(os.Args[0]))
 	code, err := Run(context.Background(), "exec "+script, Options{})
-	for run := 2; run <= boxRuns && errors.Is(err, ErrBoxCrashed); run++ {
-		// Known issue: the box's emulated SVM sometimes takes its own
-		// kernel down. That says nothing about the tests: run them again.
-		fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v; running the tests again (box run %d of %d)\n", err, run, boxRuns)
+	for run := 2; run <= boxRuns && boxFailed(err); run++ {
+		// Known issues: the box's emulated SVM sometimes takes its own
+		// kernel down, and a box sometimes hangs (its watchdog ends
+		// it). Neither says anything about the tests: run them again.
+		fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\nbox: running the tests again (box run %d of %d)\n", err, run, boxRuns)
 		code, err = Run(context.Background(), "exec "+script, Options{})
 	}
 	if err != nil {
@@ -42,8 +43,14 @@ func Main(m *testing.M) int {
 }
 
 // boxRuns is how many boxes Main boots, one after another, while the box's
-// own kernel crashes under the tests.
+// own kernel crashes or the box hangs under the tests.
 const boxRuns = 3
+
+// boxFailed reports an error of the box itself, not of what ran in it:
+// its kernel crashed, or its watchdog found it hung.
+func boxFailed(err error) bool {
+	return errors.Is(err, ErrBoxCrashed) || errors.Is(err, ErrBoxHung)
+}
 
 func shortName(p string) string {
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {

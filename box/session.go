@@ -1,0 +1,176 @@
+package box
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// session is one running box as the harness watches it: its life signs,
+// its console, and the two sockets QEMU connected to.
+type session struct {
+	kernel   string // the box kernel, for symbols
+	life     *life
+	console  *consoleTail
+	qemuExit error // how QEMU ended, once watch has seen it
+
+	mu       sync.Mutex
+	lifeConn net.Conn // the life port; nil until QEMU connects
+	monitor  *qmp     // nil until QEMU's monitor answers
+	conns    []net.Conn
+}
+
+// acceptLife takes QEMU's connection to the life port and reads it until
+// the box ends.
+func (b *session) acceptLife(l net.Listener) {
+	conn, err := l.Accept()
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	b.lifeConn = conn
+	b.conns = append(b.conns, conn)
+	b.mu.Unlock()
+	b.life.read(conn)
+}
+
+// acceptMonitor takes QEMU's monitor connection and negotiates QMP.
+func (b *session) acceptMonitor(l net.Listener, pid int, started func(*running)) {
+	conn, err := l.Accept()
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	b.conns = append(b.conns, conn)
+	b.mu.Unlock()
+	q, err := newQMP(conn)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	b.monitor = q
+	b.mu.Unlock()
+	if started != nil {
+		started(&running{pid: pid, monitor: q})
+	}
+}
+
+// close ends the harness's side of the sockets.
+func (b *session) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.conns {
+		c.Close()
+	}
+}
+
+// watch waits for QEMU to exit (ended false: the caller reads the
+// command's status) or ends the box itself, killing QEMU, and then
+// returns what Run returns (ended true): when ctx is done, when the
+// command outlives opts.Timeout, or when the watchdog finds the box hung.
+func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan error, opts Options, began time.Time) (code int, ended bool, err error) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if opts.Timeout > 0 {
+		t := time.NewTimer(time.Until(began.Add(opts.Timeout)))
+		defer t.Stop()
+		deadline = t.C
+	}
+	end := func() {
+		qemu.Kill() // SIGKILL: also ends a QEMU that is stopped or stuck
+		b.qemuExit = <-exited
+	}
+	for {
+		select {
+		case b.qemuExit = <-exited:
+			return 0, false, nil
+		case <-ctx.Done():
+			end()
+			return -1, true, fmt.Errorf("interrupted: %w", ctx.Err())
+		case <-deadline:
+			msg := fmt.Sprintf("the command did not finish within %v (SMOLBOX_TIMEOUT); its last console lines:%s%s%s",
+				opts.Timeout, b.console.tail(), b.tasksReport(), b.vcpuReport())
+			end()
+			return -1, true, &reportError{ErrTimeout, msg}
+		case now := <-tick.C:
+			if opts.Watchdog <= 0 {
+				continue
+			}
+			h, hung := b.life.verdict(now, opts.Watchdog)
+			if !hung {
+				continue
+			}
+			if code, ok := b.life.exitStatus(); ok {
+				// The command had finished; the box hung on its
+				// way out. The command's result stands.
+				end()
+				fmt.Fprintf(os.Stderr, "box: %s after the command ended with status %d; the box was ended\n", h.what(), code)
+				return code, true, nil
+			}
+			diag := b.vcpuReport()
+			if h.kernelOK {
+				diag = b.tasksReport() + diag
+			}
+			msg := h.what() + "; its last console lines:" + b.console.tail() + diag
+			end()
+			return -1, true, &reportError{ErrBoxHung, msg}
+		}
+	}
+}
+
+// taskWait bounds how long a box that is alive may take to list its tasks.
+const taskWait = 10 * time.Second
+
+// tasksReport asks the box's init what its tasks are doing (life.go), for
+// a box that is alive but whose command is stuck or slow.
+func (b *session) tasksReport() string {
+	b.mu.Lock()
+	conn := b.lifeConn
+	b.mu.Unlock()
+	if conn == nil {
+		return "\n  (the box's life port never connected)"
+	}
+	select { // a dump asked for earlier and not collected
+	case <-b.life.tasks:
+	default:
+	}
+	conn.SetWriteDeadline(time.Now().Add(taskWait))
+	if _, err := conn.Write([]byte("tasks\n")); err != nil {
+		return fmt.Sprintf("\n  (cannot ask the box for its tasks: %v)", err)
+	}
+	select {
+	case dump := <-b.life.tasks:
+		return "\n  its tasks (how many, state, command, waiting in):\n    " + strings.Join(summarizeTasks(dump, 20), "\n    ")
+	case <-time.After(taskWait):
+		return fmt.Sprintf("\n  (the box did not list its tasks within %v)", taskWait)
+	}
+}
+
+// vcpuReport asks QEMU where the box's vCPUs are.
+func (b *session) vcpuReport() string {
+	b.mu.Lock()
+	q := b.monitor
+	b.mu.Unlock()
+	if q == nil {
+		return "\n  (QEMU's monitor never answered)"
+	}
+	status, err := q.status()
+	if err != nil {
+		return fmt.Sprintf("\n  QEMU itself does not answer its monitor (%v): it is stuck or stopped", err)
+	}
+	regs, err := q.hmp("info registers -a")
+	if err != nil {
+		return fmt.Sprintf("\n  QEMU reports the box %s; its registers: %v", status, err)
+	}
+	syms, err := loadSymbols(b.kernel)
+	if err != nil {
+		syms = nil // addresses without names
+	}
+	return fmt.Sprintf("\n  QEMU reports the box %s; its vCPUs (names from the box kernel; a vCPU in a nested guest shows that guest's RIP):%s",
+		status, describeVCPUs(parseRegisters(regs), syms))
+}

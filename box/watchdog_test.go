@@ -1,0 +1,149 @@
+package box
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/smolvm/smol/internal/syncbuf"
+)
+
+// These tests boot real boxes with the watchdog at its minimum period, so
+// that they take seconds; each also has a Timeout, so that a watchdog that
+// fails to fire fails the test instead of hanging it.
+
+const (
+	testWatchdog = minWatchdog
+	testBackstop = 3 * time.Minute
+)
+
+func needBox(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots the box")
+	}
+	if _, err := Kernel(); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// watchConsole is a box console that reports once when want appears.
+type watchConsole struct {
+	syncbuf.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newWatchConsole(want string) *watchConsole {
+	return &watchConsole{want: want, seen: make(chan struct{})}
+}
+
+func (w *watchConsole) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+// TestWatchdogEndsFrozenBox freezes a box whose command is still running
+// and expects the watchdog to end it as hung, with its last console lines
+// and what QEMU says. Two freezes: the monitor's stop (QEMU runs on, its
+// vCPUs do not: the hangs seen, with QEMU nearly idle) and SIGSTOP of
+// QEMU itself (nothing answers, not even the monitor).
+func TestWatchdogEndsFrozenBox(t *testing.T) {
+	needBox(t)
+	for _, c := range []struct {
+		name   string
+		freeze func(r *running) error
+		want   string
+	}{
+		{"monitor stop", func(r *running) error { _, err := r.monitor.execute("stop", nil); return err },
+			"QEMU reports the box paused; its vCPUs"},
+		{"SIGSTOP", func(r *running) error { return syscall.Kill(r.pid, syscall.SIGSTOP) },
+			"QEMU itself does not answer its monitor"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			console := newWatchConsole("freeze-me")
+			started := make(chan *running, 1)
+			frozen := make(chan time.Time, 1)
+			go func() {
+				r := <-started
+				<-console.seen
+				if err := c.freeze(r); err != nil {
+					t.Errorf("freeze: %v", err)
+				}
+				frozen <- time.Now()
+			}()
+			begin := time.Now()
+			code, err := Run(context.Background(), "echo freeze-me; while :; do sleep 1; done",
+				Options{Stdout: console, Watchdog: testWatchdog, Timeout: testBackstop,
+					Env: []string{"PATH=" + os.Getenv("PATH")}, started: func(r *running) { started <- r }})
+			ended := time.Now()
+			if !errors.Is(err, ErrBoxHung) {
+				t.Fatalf("Run = %d, %v; want ErrBoxHung; console:\n%s", code, err, console.String())
+			}
+			select {
+			case at := <-frozen:
+				t.Logf("box frozen %.1f s after Run began, reported hung %.1f s later (watchdog %v)",
+					at.Sub(begin).Seconds(), ended.Sub(at).Seconds(), testWatchdog)
+			default:
+				t.Fatalf("the box was reported hung before the test froze it: %v", err)
+			}
+			msg := err.Error()
+			for _, w := range []string{"no sign of life for ", "its last console lines:\n    freeze-me", c.want} {
+				if !strings.Contains(msg, w) {
+					t.Errorf("report lacks %q:\n%s", w, msg)
+				}
+			}
+			t.Logf("report:\n%s", msg)
+		})
+	}
+}
+
+// TestWatchdogSparesLiveCommands runs a command that prints for a while
+// and then prints nothing for much longer than the watchdog period: the
+// box is alive all along, so nothing may end it.
+func TestWatchdogSparesLiveCommands(t *testing.T) {
+	needBox(t)
+	console := &syncbuf.Buffer{}
+	silence := 3*testWatchdog - testWatchdog/2
+	script := "for i in 1 2 3 4 5; do echo tick $i; sleep 1; done; sleep " +
+		strings.TrimSuffix(silence.String(), "s") + "; echo quiet-done; exit 4"
+	begin := time.Now()
+	code, err := Run(context.Background(), script, Options{Stdout: console, Watchdog: testWatchdog, Timeout: testBackstop,
+		Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil || code != 4 {
+		t.Fatalf("Run = %d, %v; want 4, nil; console:\n%s", code, err, console.String())
+	}
+	if !strings.Contains(console.String(), "tick 5\nquiet-done") {
+		t.Errorf("console:\n%s", console.String())
+	}
+	t.Logf("a command silent for %v under a %v watchdog ran to its end in %.1f s", silence, testWatchdog, time.Since(begin).Seconds())
+}
+
+// TestTimeoutEndsLongCommand gives a live box a whole-command timeout; the
+// report says what its tasks were doing.
+func TestTimeoutEndsLongCommand(t *testing.T) {
+	needBox(t)
+	console := &syncbuf.Buffer{}
+	const timeout = 15 * time.Second
+	code, err := Run(context.Background(), "echo started; sleep 300", Options{Stdout: console, Timeout: timeout,
+		Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrBoxHung) {
+		t.Fatalf("Run = %d, %v; want ErrTimeout; console:\n%s", code, err, console.String())
+	}
+	msg := err.Error()
+	for _, w := range []string{"did not finish within 15s", "    started", "S sleep", "in hrtimer_nanosleep", "QEMU reports the box running"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("report lacks %q:\n%s", w, msg)
+		}
+	}
+	t.Logf("report:\n%s", msg)
+}
