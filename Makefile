@@ -16,7 +16,7 @@ help:
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
 	@echo "make guest         build/init, build/nettool, build/initramfs.cpio (the demo guest), build/agent.cpio (the image agent)"
-	@echo "make box RUN='…'   run a shell command inside the test box"
+	@echo "make box RUN='…'   run a shell command inside the test box (SMOLBOX_TIMEOUT=30m bounds it)"
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
 	@echo "make bench-boot    smol vs QEMU microvm boot-to-init (N=$(N))"
