@@ -67,13 +67,15 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 unit-test:
-	$(GO) test -short ./...
+	CGO_ENABLED=1 $(GO) test -race -short ./...
 
-# The integration tests run alone, last: their box wants both cores, and a
-# busy host makes nested guests unreliable (README, known issue).
+# Unit and KVM-layer tests run with the race detector (which needs cgo;
+# the binaries themselves stay CGO_ENABLED=0). The integration tests run
+# alone, last: their box wants both cores, and a busy host makes nested
+# guests unreliable (README, known issue).
 test: build kernel box-kernel stock-kernel guest
 	$(GO) vet ./...
-	$(GO) test -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')
+	CGO_ENABLED=1 $(GO) test -race -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')
 	$(GO) test -timeout $(TIMEOUT) ./integration
 
 bench-boot: build kernel box-kernel guest
