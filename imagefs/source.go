@@ -22,7 +22,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -32,6 +31,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/smolvm/smol/internal/termsafe"
 )
 
 // Timeouts for registry access. They bound how long a command waits on an
@@ -212,26 +212,26 @@ func registryError(r name.Reference, err error) error {
 				return fmt.Errorf("image %s not found in registry %s", r, reg)
 			}
 		}
-		return fmt.Errorf("registry %s: %s: %w", reg, r, err)
+		return fmt.Errorf("registry %s: %s: %w", reg, r, safeError{err})
 	}
 	var oe *net.OpError
 	var de *net.DNSError
 	var tlsErr *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &tlsErr):
-		return fmt.Errorf("registry %s: TLS certificate not trusted (use --insecure to skip verification): %v", reg, tlsErr)
+		return fmt.Errorf("registry %s: TLS certificate not trusted (use --insecure to skip verification): %v", reg, safeError{tlsErr})
 	case errors.As(err, &de):
-		return fmt.Errorf("registry %s unreachable: %v", reg, de)
+		return fmt.Errorf("registry %s unreachable: %v", reg, safeError{de})
 	case errors.As(err, &oe):
-		return fmt.Errorf("registry %s unreachable: %v", reg, oe)
+		return fmt.Errorf("registry %s unreachable: %v", reg, safeError{oe})
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("registry %s unreachable: no answer within %s", reg, registryTimeout)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("registry %s unreachable: %v", reg, err)
+		return fmt.Errorf("registry %s unreachable: %v", reg, safeError{err})
 	}
-	return fmt.Errorf("registry %s: %s: %w", reg, r, err)
+	return fmt.Errorf("registry %s: %s: %w", reg, r, safeError{err})
 }
 
 // maxListedPlatforms bounds the platforms an error message lists: an index
@@ -312,22 +312,17 @@ func errTooBig(what string) error {
 	return fmt.Errorf("%s is larger than %d MiB", what, maxMetaBytes>>20)
 }
 
-// printable returns s unchanged when it is valid UTF-8 with no control or
-// other non-printing characters, else quoted. Parser errors about a local
-// source can carry its bytes unquoted (v1.Hash reports a bad character
-// with %c), and those must reach a terminal as text, never as escape
-// sequences.
-func printable(s string) string {
-	if !utf8.ValidString(s) {
-		return strconv.Quote(s)
-	}
-	for _, r := range s {
-		if !strconv.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
+// safeError shows an error's message escaped to one line of text
+// (termsafe.Line) and still unwraps to it. The errors of parsers that read
+// a local source, and of go-containerregistry talking to a registry, can
+// carry bytes the file or the server chose, unquoted (v1.Hash reports a
+// bad character with %c; a registry's error body is quoted verbatim), and
+// those must reach a terminal as text, never as escape sequences or a line
+// of their own.
+type safeError struct{ err error }
+
+func (e safeError) Error() string { return termsafe.Line(e.err.Error()) }
+func (e safeError) Unwrap() error { return e.err }
 
 // imageText returns a short string an image chose (a platform) as is when
 // it is a plain token, and quoted otherwise, so that it can neither carry
@@ -342,7 +337,7 @@ func imageText(s string) string {
 
 // parseError wraps the error of a parser that read image-chosen bytes.
 func parseError(what string, err error) error {
-	return fmt.Errorf("%s: %s", what, printable(err.Error()))
+	return fmt.Errorf("%s: %w", what, safeError{err})
 }
 
 // resolveTarball handles `docker save` output (manifest.json) and OCI-layout
@@ -439,7 +434,7 @@ func sniffTarball(file string, r io.ReadSeeker) (sourceKind, error) {
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("%s: not a tar archive: %s", file, printable(err.Error()))
+			return 0, fmt.Errorf("%s: not a tar archive: %w", file, safeError{err})
 		}
 		switch path.Clean(h.Name) {
 		case "manifest.json":
@@ -615,13 +610,14 @@ func verifiedBlob(bs blobStore, h v1.Hash, what string) ([]byte, error) {
 }
 
 // parseIndex decodes an image index: index.json or a nested index blob.
+// Its errors are safe to print as they are (see safeError).
 func parseIndex(b []byte) (*v1.IndexManifest, error) {
 	if len(b) > maxMetaBytes {
 		return nil, errTooBig("image index")
 	}
 	im, err := v1.ParseIndexManifest(bytes.NewReader(b))
 	if err != nil {
-		return nil, err
+		return nil, safeError{err}
 	}
 	if im.SchemaVersion != 2 {
 		return nil, fmt.Errorf("unsupported image index schema version %d", im.SchemaVersion)
@@ -630,14 +626,15 @@ func parseIndex(b []byte) (*v1.IndexManifest, error) {
 }
 
 // parseImageManifest decodes an image manifest and refuses anything else
-// posing as one (an index, a schema 1 manifest).
+// posing as one (an index, a schema 1 manifest). Its errors are safe to
+// print as they are.
 func parseImageManifest(b []byte) (*v1.Manifest, error) {
 	if len(b) > maxMetaBytes {
 		return nil, errTooBig("manifest")
 	}
 	m, err := v1.ParseManifest(bytes.NewReader(b))
 	if err != nil {
-		return nil, err
+		return nil, safeError{err}
 	}
 	if m.SchemaVersion != 2 {
 		return nil, fmt.Errorf("unsupported manifest schema version %d", m.SchemaVersion)
@@ -698,7 +695,7 @@ func (l *layoutLayer) Compressed() (io.ReadCloser, error)  { return l.blobs.open
 func readLayout(index []byte, bs blobStore, want v1.Platform) (*layoutImage, error) {
 	top, err := parseIndex(index)
 	if err != nil {
-		return nil, parseError("index.json", err)
+		return nil, fmt.Errorf("index.json: %w", err)
 	}
 	var images []v1.Descriptor
 	seen := map[v1.Hash]bool{}
@@ -725,7 +722,7 @@ func readLayout(index []byte, bs blobStore, want v1.Platform) (*layoutImage, err
 				}
 				child, err := parseIndex(b)
 				if err != nil {
-					return parseError("image index "+d.Digest.String(), err)
+					return fmt.Errorf("image index %s: %w", d.Digest, err)
 				}
 				if err := walk(child, depth+1); err != nil {
 					return err
@@ -754,7 +751,7 @@ func readLayout(index []byte, bs blobStore, want v1.Platform) (*layoutImage, err
 	}
 	m, err := parseImageManifest(mb)
 	if err != nil {
-		return nil, parseError("manifest "+d.Digest.String(), err)
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
 	}
 	cb, err := verifiedBlob(bs, m.Config.Digest, "config")
 	if err != nil {
@@ -810,8 +807,45 @@ func readDockerSave(open tarball.Opener) (v1.Image, v1.Hash, error) {
 	if !bytes.Equal(raw, cb) {
 		return nil, v1.Hash{}, errors.New("the archive changed while it was read")
 	}
-	return img, config, nil
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, v1.Hash{}, parseError("config", err)
+	}
+	return &dockerImage{Image: img, diffIDs: cf.RootFS.DiffIDs}, config, nil
 }
+
+// dockerImage is a docker-save image whose layers report the diff IDs its
+// config lists. go-containerregistry works out the diff ID of a compressed
+// docker-save layer by decompressing all of it, before the build starts
+// and with none of its limits, so a small gzip or zstd bomb would cost
+// hours; the config (hashed: it is the cache key) says what each layer
+// must unpack to, and the build checks exactly that as it streams.
+type dockerImage struct {
+	v1.Image
+	diffIDs []v1.Hash
+}
+
+func (d *dockerImage) Layers() ([]v1.Layer, error) {
+	ls, err := d.Image.Layers()
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) != len(d.diffIDs) {
+		return nil, fmt.Errorf("the archive holds %d layers but its config lists %d", len(ls), len(d.diffIDs))
+	}
+	out := make([]v1.Layer, len(ls))
+	for i, l := range ls {
+		out[i] = diffIDLayer{Layer: l, diffID: d.diffIDs[i]}
+	}
+	return out, nil
+}
+
+type diffIDLayer struct {
+	v1.Layer
+	diffID v1.Hash
+}
+
+func (l diffIDLayer) DiffID() (v1.Hash, error) { return l.diffID, nil }
 
 // digestInName returns the hex digest a docker-save member's name claims
 // ("<hex>.json", "blobs/sha256/<hex>"), or "".

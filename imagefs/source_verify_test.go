@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -586,5 +588,66 @@ func TestLegacySharedEntryIsDropped(t *testing.T) {
 	s = openStore(t, home)
 	if _, err := os.Stat(again.Disk); err != nil {
 		t.Errorf("registry entry removed by a clean Open: %v", err)
+	}
+}
+
+// A registry's own error text (go-containerregistry quotes the body's
+// messages verbatim) reaches the message escaped.
+func TestRegistryErrorTextIsEscaped(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"errors":[{"code":"DENIED","message":"\u001b]0;pwned\u0007\u001b[2J\nsmol: all good"}]}`)
+	}))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/x/y:z"
+	_, err := openStore(t, t.TempDir()).Get(context.Background(), ref, Options{})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	t.Logf("error: %s", err)
+	if strings.ContainsAny(err.Error(), "\x1b\a\n") {
+		t.Errorf("raw control characters in %q", err)
+	}
+	if !strings.Contains(err.Error(), `\x1b]0;pwned\a`) {
+		t.Errorf("the registry's message is lost: %q", err)
+	}
+}
+
+// A compressed docker-save layer's diff ID comes from the (hashed) config,
+// not from decompressing the layer before the build: the build checks it
+// while streaming, under its limits, and a bomb costs nothing earlier.
+func TestDockerSaveDiffIDFromConfig(t *testing.T) {
+	want := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ef", 32)}
+	cfg, _ := json.Marshal(v1.ConfigFile{OS: "linux", Architecture: "amd64", RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{want}}})
+	// A gzip header, then bytes no decompressor gets through.
+	bomb := append([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}, bytes.Repeat([]byte{0xff}, 64)...)
+	saved := filepath.Join(t.TempDir(), "saved.tar")
+	os.WriteFile(saved, tarFiles(t,
+		[2]string{"config.json", string(cfg)},
+		[2]string{"layer.tar.gz", string(bomb)},
+		[2]string{"manifest.json", `[{"Config":"config.json","Layers":["layer.tar.gz"]}]`}), 0o644)
+	s := openStore(t, t.TempDir())
+	src, err := s.resolve(context.Background(), saved, Options{Platform: DefaultPlatform})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.close()
+	img, err := src.open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := img.Layers()
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("layers %v: %v", ls, err)
+	}
+	if got, err := ls[0].DiffID(); err != nil || got != want {
+		t.Errorf("DiffID = %s, %v; want the config's %s without reading the layer", got, err, want)
+	}
+	if _, err := s.Get(context.Background(), saved, Options{}); err == nil {
+		t.Error("a corrupt layer was built")
 	}
 }
