@@ -26,6 +26,10 @@ type Start struct {
 	// PowerOff makes the agent power the VM off once the command ended and
 	// its Exit frame was sent (the command the VM was started for).
 	PowerOff bool `json:"poweroff,omitempty"`
+	// Idle runs no command: the agent answers at once with status 0. A
+	// persistent machine's boot uses it to learn that the guest is up,
+	// and Idle with PowerOff is a clean shutdown (filesystems synced).
+	Idle bool `json:"idle,omitempty"`
 }
 
 // MaxArgs bounds the arguments and environment entries of a Start.
@@ -33,6 +37,12 @@ const MaxArgs = 1 << 14
 
 // Validate checks a Start that came from the other side.
 func (s *Start) Validate() error {
+	if s.Idle {
+		if len(s.Args) != 0 {
+			return errors.New("an idle start has no command")
+		}
+		return nil
+	}
 	switch {
 	case len(s.Args) == 0:
 		return errors.New("no command given")

@@ -4,6 +4,7 @@
 //	smol run [flags] [-- COMMAND ARGS...]
 //	smol pull REF
 //	smol images [rm REF]
+//	smol machine create|start|stop|exec|shell|ls|status|logs|rm ...
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/smolvm/smol"
 	"github.com/spf13/pflag"
 )
 
@@ -31,6 +33,7 @@ Usage:
                                      OCI image), or boot a kernel with its console
   smol pull REF...                   fetch images into the cache
   smol images [rm REF...]            list or remove cached images
+  smol machine COMMAND ...           persistent machines: create, start, exec, stop, ls, ...
   smol help                          show this help
 
 Run 'smol run --help' for its flags.
@@ -60,6 +63,15 @@ func run(args []string) int {
 		}
 		var code int
 		code, err = cmd(args[1:])
+		if err == nil {
+			return code
+		}
+	case "machine":
+		if exe, err := os.Executable(); err == nil {
+			smol.VMMExecutable = exe
+		}
+		var code int
+		code, err = machineCommand(args[1:])
 		if err == nil {
 			return code
 		}

@@ -55,29 +55,42 @@ func (w *workload) run() (int, error) {
 		}
 	}
 
-	cmd := smol.Command{Env: env, Dir: w.workdir, User: w.user, TTY: w.tty,
-		Stdout: os.Stdout, Stderr: os.Stderr}
+	cmd := smol.Command{Env: env, Dir: w.workdir, User: w.user}
 	if len(w.args) > 0 {
 		cmd.Args = w.args
 	}
-	if w.tty {
+	defer attach(&cmd, w.interactive, w.tty)()
+	return commandResult(smol.RunCommand(ctx, w.cfg, image, cmd))
+}
+
+// attach connects a command to this process's terminal: stdout and
+// stderr, stdin with -i, a terminal of this one's size with -t (raw mode
+// while it runs), and forwarded signals and resizes. The returned func
+// undoes it.
+func attach(cmd *smol.Command, interactive, tty bool) func() {
+	cmd.Stdout, cmd.Stderr, cmd.TTY = os.Stdout, os.Stderr, tty
+	if tty {
 		if ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ); err == nil {
 			cmd.Rows, cmd.Cols = ws.Row, ws.Col
 		}
 	}
-	if w.interactive {
+	restore := func() {}
+	if interactive {
 		cmd.Stdin = os.Stdin
-		if w.tty {
+		if tty {
 			if saved, ok := makeRaw(int(os.Stdin.Fd())); ok {
-				defer unix.IoctlSetTermios(int(os.Stdin.Fd()), unix.TCSETS, saved)
+				restore = func() { unix.IoctlSetTermios(int(os.Stdin.Fd()), unix.TCSETS, saved) }
 			}
 		}
 	}
 	signals, resize, stop := forwardSignals()
-	defer stop()
 	cmd.Signals, cmd.Resize = signals, resize
+	return func() { stop(); restore() }
+}
 
-	code, err := smol.RunCommand(ctx, w.cfg, image, cmd)
+// commandResult turns a command's outcome into smol's exit status: a
+// command that could not start is one line on stderr and its 126/127.
+func commandResult(code int, err error) (int, error) {
 	var ce *smol.CommandError
 	if errors.As(err, &ce) {
 		fmt.Fprintf(os.Stderr, "smol: %s\n", ce.Error()) // Error escapes the guest's text; Msg is raw

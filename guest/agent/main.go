@@ -8,6 +8,8 @@
 //
 // Kernel command line: smol.root=DEVICE names the root disk; without it the
 // command runs in the initramfs itself (the busybox default root).
+// smol.upper=DEVICE names an ext4 disk that holds the root's writable
+// layer (a persistent machine's); without it writes go to memory.
 package main
 
 import (
@@ -26,7 +28,7 @@ func main() {
 	}
 	pid1.MarkUserspace() // only a measurement
 	if dev := cmdlineValue("smol.root"); dev != "" {
-		if err := switchRoot(dev); err != nil {
+		if err := switchRoot(dev, cmdlineValue("smol.upper")); err != nil {
 			fatal(err)
 		}
 	}

@@ -18,9 +18,10 @@ var runtimeMounts = []pid1.Mount{
 // switchRoot makes the image on dev the root filesystem: dev is mounted
 // read-only (the image is shared by every run) under an overlay whose upper
 // layer is a tmpfs, so the run can write anywhere and the writes vanish
-// with the VM. The kernel filesystems are mounted in the new root, which
-// then replaces the initramfs as "/".
-func switchRoot(dev string) error {
+// with the VM — or, with upper, the ext4 disk there, so that they persist
+// (a machine's storage). The kernel filesystems are mounted in the new
+// root, which then replaces the initramfs as "/".
+func switchRoot(dev, upper string) error {
 	const lower, rw, newRoot = "/.smol/lower", "/.smol/rw", "/.smol/root"
 	for _, d := range []string{lower, rw, newRoot} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -30,11 +31,15 @@ func switchRoot(dev string) error {
 	if err := unix.Mount(dev, lower, "ext4", unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("mount root disk %s: %w", dev, err)
 	}
-	if err := unix.Mount("tmpfs", rw, "tmpfs", 0, "mode=0755"); err != nil {
+	if upper != "" {
+		if err := unix.Mount(upper, rw, "ext4", unix.MS_NOATIME, ""); err != nil {
+			return fmt.Errorf("mount storage disk %s: %w", upper, err)
+		}
+	} else if err := unix.Mount("tmpfs", rw, "tmpfs", 0, "mode=0755"); err != nil {
 		return fmt.Errorf("mount writable layer: %w", err)
 	}
 	for _, d := range []string{rw + "/upper", rw + "/work"} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
 			return err
 		}
 	}

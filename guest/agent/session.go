@@ -48,7 +48,11 @@ func (s *session) serve() agent.Start {
 	if start.Hostname != "" {
 		unix.Sethostname([]byte(start.Hostname))
 	}
-	s.exit(s.run(start, r))
+	if start.Idle {
+		s.exit(agent.Exit{})
+	} else {
+		s.exit(s.run(start, r))
+	}
 	// Wait for the host to read the exit and hang up, so that powering
 	// off cannot overtake the frame still in flight.
 	s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))

@@ -32,7 +32,7 @@ func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
 func (w *Writer) geometry(usedInodes int, contentStart uint32) (layout, error) {
 	contentEnd := uint64(w.next)
 	slack := ceilDiv(uint64(contentEnd)/3*BlockSize+uint64(w.opt.Spare), BlockSize)
-	want := uint64(usedInodes) + uint64(usedInodes)/2 + 16384
+	want := uint64(usedInodes) + max(uint64(usedInodes)/2+16384, uint64(max(w.opt.Inodes, 0)))
 	groups := uint64(1)
 	var l layout
 	for {

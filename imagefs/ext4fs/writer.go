@@ -34,7 +34,11 @@ type Options struct {
 	// Spare is the free space to leave for a writable copy to grow, beyond
 	// a third of the content.
 	Spare int64
-	Now   time.Time // creation time recorded in the superblock
+	// Inodes is the least number of free inodes to leave (a writable disk
+	// wants about one per 16 KiB); the default leaves half the used count
+	// again plus 16384.
+	Inodes int64
+	Now    time.Time // creation time recorded in the superblock
 }
 
 // Writer builds one image in a file it does not own: the caller creates

@@ -1,0 +1,241 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/smolvm/smol"
+)
+
+// Persistent machines, driven through the CLI as a user would: each
+// started machine is a detached VMM process of its own.
+
+// machineCLI runs `smol machine ARGS...` with SMOL_HOME=home.
+func machineCLI(t *testing.T, home string, args ...string) (int, string, string) {
+	t.Helper()
+	code, stdout, stderr, hung := smolRunOnce(t, home, nil, false, append([]string{"machine"}, args...)...)
+	if hung {
+		t.Fatalf("smol machine %v did not finish within %v; stderr: %s", args, smolRunTimeout, stderr)
+	}
+	return code, stdout, stderr
+}
+
+// mustMachine runs a machine command that must succeed.
+func mustMachine(t *testing.T, home string, args ...string) string {
+	t.Helper()
+	code, stdout, stderr := machineCLI(t, home, args...)
+	if code != 0 {
+		t.Fatalf("smol machine %v: exit %d, stderr: %s", args, code, stderr)
+	}
+	return stdout
+}
+
+// startMachine starts a machine; a guest that dies while booting (the
+// box's known failure) gets one more try, logged.
+func startMachine(t *testing.T, home, name string) {
+	t.Helper()
+	code, _, stderr := machineCLI(t, home, "start", name)
+	if code != 0 && strings.Contains(stderr, "did not start") {
+		t.Logf("KNOWN ISSUE: machine %s did not start, once more; stderr: %s", name, stderr)
+		code, _, stderr = machineCLI(t, home, "start", name)
+	}
+	if code != 0 {
+		t.Fatalf("smol machine start %s: exit %d, stderr: %s", name, code, stderr)
+	}
+}
+
+// machineImage pushes the busybox image and returns its reference.
+func machineImage(t *testing.T) string {
+	reg := newTestRegistry(t)
+	return reg.push(t, "test/machine", image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t)))
+}
+
+func createMachine(t *testing.T, home, name, ref string) {
+	t.Helper()
+	mustMachine(t, home, "create", name, "--image", ref, "--cpus", "1", "--mem", "256M", "--storage", "1G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
+}
+
+func machineStatus(t *testing.T, home, name string) smol.MachineStatus {
+	t.Helper()
+	var s smol.MachineStatus
+	if err := json.Unmarshal([]byte(mustMachine(t, home, "status", name, "--json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestMachineLifecycle(t *testing.T) {
+	home := t.TempDir()
+	ref := machineImage(t)
+	createMachine(t, home, "m1", ref)
+	if s := machineStatus(t, home, "m1"); s.State != "created" {
+		t.Errorf("after create: %s", s.State)
+	}
+	startMachine(t, home, "m1")
+	mustMachine(t, home, "exec", "m1", "--", "sh", "-c", "echo persisted > /root/f")
+
+	t.Run("concurrent execs", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, out, errOut := machineCLI(t, home, "exec", "m1", "--", "sh", "-c", fmt.Sprintf("echo out-%d; echo err-%d >&2; exit %d", i, i, i))
+				if code != i || out != fmt.Sprintf("out-%d\n", i) || errOut != fmt.Sprintf("err-%d\n", i) {
+					t.Errorf("exec %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+
+	t.Run("keeps running after the CLI exits", func(t *testing.T) {
+		mustMachine(t, home, "exec", "m1", "--", "sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 &")
+		first := counter(t, home, "m1")
+		time.Sleep(2 * time.Second)
+		if second := counter(t, home, "m1"); second <= first {
+			t.Errorf("counter went from %d to %d", first, second)
+		}
+		var list []smol.MachineStatus
+		if err := json.Unmarshal([]byte(mustMachine(t, home, "ls", "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Name != "m1" || list[0].State != "running" || list[0].PID == 0 || list[0].HostMemory == 0 {
+			t.Errorf("ls --json: %+v", list)
+		}
+	})
+
+	mustMachine(t, home, "stop", "m1")
+	if s := machineStatus(t, home, "m1"); s.State != "stopped" {
+		t.Errorf("after stop: %s", s.State)
+	}
+	code, _, stderr := machineCLI(t, home, "exec", "m1", "--", "true")
+	if code == 0 || !strings.Contains(stderr, "smol machine start m1") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("exec into a stopped machine: exit %d, stderr %q", code, stderr)
+	}
+	startMachine(t, home, "m1")
+	if out := mustMachine(t, home, "exec", "m1", "--", "cat", "/root/f"); out != "persisted\n" {
+		t.Errorf("after a restart the file holds %q", out)
+	}
+
+	t.Run("a killed VMM leaves the machine failed, and it starts again", func(t *testing.T) {
+		s := machineStatus(t, home, "m1")
+		if s.PID == 0 {
+			t.Fatalf("no pid: %+v", s)
+		}
+		syscall.Kill(s.PID, syscall.SIGKILL)
+		deadline := time.Now().Add(10 * time.Second)
+		for machineStatus(t, home, "m1").State != "failed" && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if s := machineStatus(t, home, "m1"); s.State != "failed" || !strings.Contains(s.Error, "died") || s.LastConsole == "" {
+			t.Errorf("after SIGKILL: %+v", s)
+		}
+		startMachine(t, home, "m1")
+		if out := mustMachine(t, home, "exec", "m1", "--", "cat", "/root/f"); out != "persisted\n" {
+			t.Errorf("after the kill the file holds %q", out)
+		}
+	})
+
+	code, _, stderr = machineCLI(t, home, "rm", "m1")
+	if code == 0 || !strings.Contains(stderr, "running") {
+		t.Errorf("rm of a running machine: exit %d, stderr %q", code, stderr)
+	}
+	mustMachine(t, home, "stop", "m1")
+	mustMachine(t, home, "rm", "m1")
+	if des, _ := os.ReadDir(filepath.Join(home, "machines")); len(des) != 0 {
+		t.Errorf("rm left %v", des)
+	}
+}
+
+func counter(t *testing.T, home, name string) int {
+	t.Helper()
+	out := mustMachine(t, home, "exec", name, "--", "cat", "/tmp/counter")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("counter %q", out)
+	}
+	return n
+}
+
+func TestMachineBadInput(t *testing.T) {
+	home := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"start", "nope"}, "no such machine"},
+		{[]string{"create", "bad/name", "--image", "x"}, "machine name"},
+		{[]string{"create", "..", "--image", "x"}, "machine name"},
+		{[]string{"create", strings.Repeat("a", 200), "--image", "x"}, "at most"},
+		{[]string{"create", "x\x1b[2J", "--image", "x"}, `\x1b`},
+		{[]string{"create", "noimage"}, "needs an image"},
+		{[]string{"stop", "nope", "--timeout", "-1s"}, "negative"},
+		{[]string{"exec", "nope", "--", "true"}, "no such machine"},
+	} {
+		code, _, stderr := machineCLI(t, home, c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("smol machine %q: exit %d, stderr %q, want one line with %q", c.args, code, stderr, c.want)
+		}
+	}
+	// A damaged record is reported, not replaced.
+	ref := machineImage(t)
+	createMachine(t, home, "dmg", ref)
+	cfg := filepath.Join(home, "machines", "dmg", "config.json")
+	os.WriteFile(cfg, []byte("{garbage"), 0o600)
+	code, _, stderr := machineCLI(t, home, "start", "dmg")
+	if code == 0 || !strings.Contains(stderr, "damaged") {
+		t.Errorf("start of a damaged machine: exit %d, stderr %q", code, stderr)
+	}
+	if b, _ := os.ReadFile(cfg); string(b) != "{garbage" {
+		t.Errorf("the damaged record was rewritten: %q", b)
+	}
+}
+
+// The Go API drives the same lifecycle without the CLI.
+func TestMachineGoAPI(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("SMOL_HOME", home)
+	smol.VMMExecutable = artifact(t, "bin/smol", "build")
+	ctx := context.Background()
+	m, err := smol.CreateMachine(ctx, smol.MachineConfig{Name: "api", Image: machineImage(t), CPUs: 1, Memory: 256 << 20, Storage: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Remove(ctx, true)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	code, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "echo api > /root/g; cat /root/g; exit 3"}, Stdout: &out})
+	if err != nil || code != 3 || out.String() != "api\n" {
+		t.Errorf("Exec: %d %v %q", code, err, out.String())
+	}
+	if err := m.Stop(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code, err := m.Exec(ctx, smol.Command{Args: []string{"cat", "/root/g"}, Stdout: &out}); err != nil || code != 0 || out.String() != "api\n" {
+		t.Errorf("after restart: %d %v %q", code, err, out.String())
+	}
+	if err := m.Remove(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := smol.OpenMachine("api"); err == nil {
+		t.Error("the machine is still there after Remove")
+	}
+}

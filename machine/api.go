@@ -1,0 +1,53 @@
+package machine
+
+import "time"
+
+// APIVersion is the control API's path prefix: /v1/...
+const APIVersion = "v1"
+
+// Info is GET /v1/status: the machine as its VMM sees it.
+type Info struct {
+	Name    string    `json:"name"`
+	State   State     `json:"state"`
+	PID     int       `json:"pid"`
+	CPUs    int       `json:"cpus"`
+	Memory  uint64    `json:"memory"` // bytes of guest RAM
+	Image   string    `json:"image,omitempty"`
+	Started time.Time `json:"started"`
+	// HostMemory is what the VM costs the host now: the VMM's resident
+	// memory, the guest RAM it has touched included.
+	HostMemory uint64 `json:"hostMemory"`
+}
+
+// StopRequest is POST /v1/stop.
+type StopRequest struct {
+	// Timeout is how long the guest gets to shut down cleanly before the
+	// VM is stopped hard; zero means DefaultStopTimeout.
+	Timeout Duration `json:"timeout"`
+}
+
+// DefaultStopTimeout is what a stop waits for a clean shutdown.
+const DefaultStopTimeout = 10 * time.Second
+
+// APIError is the body of every error response.
+type APIError struct {
+	Error string `json:"error"`
+}
+
+// Duration is a time.Duration that travels as a string ("10s").
+type Duration time.Duration
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// execUpgrade is the protocol an exec upgrades its connection to: from
+// then on it carries the agent protocol (package agent) end to end.
+const execUpgrade = "smol-agent/1"

@@ -1,0 +1,131 @@
+package machine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Client talks to one machine's control socket.
+type Client struct {
+	sock string
+	http *http.Client
+}
+
+// NewClient returns a client of the control socket at sock.
+func NewClient(sock string) *Client {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	return &Client{sock: sock, http: &http.Client{Transport: &http.Transport{DialContext: dial}}}
+}
+
+// ErrNoVMM says nothing answers on the control socket.
+var ErrNoVMM = errors.New("the machine's VMM does not answer")
+
+// Status asks the VMM for the machine's state.
+func (c *Client) Status(ctx context.Context) (Info, error) {
+	var info Info
+	err := c.call(ctx, http.MethodGet, "/v1/status", nil, &info)
+	return info, err
+}
+
+// Stop shuts the machine down (see StopRequest) and returns once its VM
+// has ended.
+func (c *Client) Stop(ctx context.Context, timeout time.Duration) error {
+	return c.call(ctx, http.MethodPost, "/v1/stop", StopRequest{Timeout: Duration(timeout)}, nil)
+}
+
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://machine"+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, out)
+}
+
+func decodeResponse(resp *http.Response, out any) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e APIError
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("control API: %s", resp.Status)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// Exec opens a stream to the guest agent through the VMM: the caller
+// speaks the agent protocol on it (agent.Run) and closes it.
+func (c *Client) Exec(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.sock)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	fmt.Fprintf(conn, "POST /v1/exec HTTP/1.1\r\nHost: machine\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", execUpgrade)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer conn.Close()
+		if err := decodeResponse(resp, nil); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("control API: exec answered %s", resp.Status)
+	}
+	if ctx.Err() != nil {
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	return &bufferedConn{Conn: conn, r: br}, nil
+}
+
+// bufferedConn reads first what the response parser buffered.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite ends the client's side of the stream.
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

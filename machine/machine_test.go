@@ -1,0 +1,231 @@
+package machine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "dev-1", "x.y_z", "A9", strings.Repeat("n", MaxNameLen)} {
+		if err := ValidateName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "/", "..", ".", "a/b", "-x", ".hidden", strings.Repeat("n", MaxNameLen+1), "x\x1b[2J", "a b", "é"} {
+		err := ValidateName(bad)
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.ContainsAny(err.Error(), "\x1b\n") {
+			t.Errorf("error for %q carries control bytes: %q", bad, err)
+		}
+	}
+}
+
+func testSpec(name string) *Spec {
+	return &Spec{Name: name, Created: time.Now().UTC(), CPUs: 1, Memory: 256 << 20, Storage: 1 << 30,
+		Image: &Image{Ref: "r", Digest: "sha256:00", Disk: "/x.ext4"}}
+}
+
+func TestCreateRaceHasOneWinner(t *testing.T) {
+	s, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.Create(testSpec("m"))
+			if err == nil {
+				wins.Add(1)
+			} else if !errors.Is(err, ErrExists) {
+				t.Errorf("create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d creates won", wins.Load())
+	}
+	if _, err := s.Load("m"); err != nil {
+		t.Fatal(err)
+	}
+	des, _ := os.ReadDir(s.root)
+	if len(des) != 1 {
+		t.Errorf("machines dir holds %v", des)
+	}
+	if fi, _ := os.Stat(s.root); fi.Mode().Perm() != 0o700 {
+		t.Errorf("machines dir is %v", fi.Mode())
+	}
+}
+
+func TestDamagedRecordIsReported(t *testing.T) {
+	s, _ := OpenStore(t.TempDir())
+	if err := s.Create(testSpec("m")); err != nil {
+		t.Fatal(err)
+	}
+	for _, junk := range []string{"{garbage", `{"version":9,"name":"m"}`, `{"version":1,"name":"other","cpus":1,"memory":268435456,"storage":1073741824}`, strings.Repeat(" ", maxSpec+10)} {
+		os.WriteFile(s.Path("m", configFile), []byte(junk), 0o600)
+		if _, err := s.Load("m"); err == nil || !strings.Contains(err.Error(), "damaged") {
+			t.Errorf("%.30q: %v", junk, err)
+		}
+	}
+	if _, err := s.Load("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing: %v", err)
+	}
+}
+
+func TestStatusSeesADeadVMM(t *testing.T) {
+	s, _ := OpenStore(t.TempDir())
+	s.Create(testSpec("m"))
+	if st, _ := s.Status("m"); st.State != Created {
+		t.Errorf("new: %s", st.State)
+	}
+	l, err := s.TryLock("m", VMMLock) // a VMM
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetState("m", Running, 123, time.Now(), "")
+	if st, _ := s.Status("m"); st.State != Running || st.PID != 123 {
+		t.Errorf("alive: %+v", st)
+	}
+	if _, err := s.TryLock("m", VMMLock); !errors.Is(err, ErrLocked) {
+		t.Errorf("second VMM lock: %v", err)
+	}
+	l.Unlock() // the VMM died without a word
+	if st, _ := s.Status("m"); st.State != Failed || !strings.Contains(st.Error, "died") {
+		t.Errorf("dead: %+v", st)
+	}
+	s.SetState("m", Stopped, 0, time.Now(), "")
+	if st, _ := s.Status("m"); st.State != Stopped {
+		t.Errorf("stopped: %+v", st)
+	}
+}
+
+func TestRotatingLogIsBounded(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "console.log")
+	l, err := OpenLog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := bytes.Repeat([]byte("x"), 999)
+	for i := 0; i < 5000; i++ { // ~5 MiB
+		l.Write(append(line, '\n'))
+	}
+	l.Close()
+	var total int64
+	for _, f := range []string{p, p + ".1"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	if total > 2*MaxLog {
+		t.Errorf("logs hold %d bytes", total)
+	}
+}
+
+// fakeVMM is a Backend whose "agent" echoes what it is sent.
+type fakeVMM struct {
+	state    State
+	stopped  chan time.Duration
+	dialErrs bool
+}
+
+func (f *fakeVMM) Info() Info { return Info{Name: "m", State: f.state, CPUs: 1} }
+func (f *fakeVMM) DialAgent(ctx context.Context) (net.Conn, error) {
+	if f.dialErrs {
+		return nil, errors.New("no agent")
+	}
+	// A real socket: the relay half-closes it, which net.Pipe cannot.
+	l, err := net.Listen("unix", filepath.Join(os.TempDir(), "fake-agent-"+randomHex()+".sock"))
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(l.Addr().String())
+	defer l.Close()
+	a, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	b, err := l.Accept()
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	go func() {
+		io.Copy(b, b)
+		b.Close()
+	}()
+	return a, nil
+}
+func (f *fakeVMM) Shutdown(d time.Duration) error { f.stopped <- d; return nil }
+
+func serve(t *testing.T, b Backend) *Client {
+	sock := filepath.Join(t.TempDir(), "c.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(b)
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return NewClient(sock)
+}
+
+func TestControlAPI(t *testing.T) {
+	f := &fakeVMM{state: Running, stopped: make(chan time.Duration, 1)}
+	c := serve(t, f)
+	ctx := context.Background()
+	info, err := c.Status(ctx)
+	if err != nil || info.Name != "m" || info.State != Running {
+		t.Fatalf("status: %+v %v", info, err)
+	}
+	conn, err := c.Exec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("relay"), 100000)
+	go func() { conn.Write(payload); conn.(interface{ CloseWrite() error }).CloseWrite() }()
+	got, _ := io.ReadAll(conn)
+	conn.Close()
+	if !bytes.Equal(got, payload) {
+		t.Errorf("exec relay: %d bytes back of %d", len(got), len(payload))
+	}
+	if err := c.Stop(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-f.stopped; d != 3*time.Second {
+		t.Errorf("stop timeout %v", d)
+	}
+	f.state = Stopped
+	if _, err := c.Exec(ctx); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Errorf("exec while stopped: %v", err)
+	}
+	f.state, f.dialErrs = Running, true
+	if _, err := c.Exec(ctx); err == nil || !strings.Contains(err.Error(), "no agent") {
+		t.Errorf("exec without an agent: %v", err)
+	}
+	if err := c.call(ctx, "POST", "/v1/stop", map[string]string{"timeout": "-1s"}, nil); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("negative timeout: %v", err)
+	}
+	if err := c.call(ctx, "GET", "/v2/status", nil, nil); err == nil || !strings.Contains(err.Error(), "no endpoint") {
+		t.Errorf("unknown path: %v", err)
+	}
+	if _, err := NewClient(filepath.Join(t.TempDir(), "none.sock")).Status(ctx); !errors.Is(err, ErrNoVMM) {
+		t.Errorf("no socket: %v", err)
+	}
+}

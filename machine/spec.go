@@ -1,0 +1,100 @@
+package machine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SpecVersion is the format of config.json; a record of another version
+// is reported, never rewritten.
+const SpecVersion = 1
+
+// Spec is what `smol machine create` records: everything needed to boot
+// the machine again, the same way, every time.
+type Spec struct {
+	Version int       `json:"version"`
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+
+	CPUs    int    `json:"cpus"`
+	Memory  uint64 `json:"memory"`  // bytes of guest RAM, taken lazily
+	Storage int64  `json:"storage"` // bytes of the persistent writable layer
+
+	Image *Image `json:"image,omitempty"` // nil: smol's busybox root
+	Disks []Disk `json:"disks,omitempty"` // extra disks after the root and storage
+
+	// Defaults of every exec, over the image's own.
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	User    string   `json:"user,omitempty"`
+}
+
+// Image is the image a machine's root was made from, pinned by digest:
+// the persistent layer only makes sense over the very same image.
+type Image struct {
+	Ref    string      `json:"ref"`
+	Digest string      `json:"digest"`
+	Disk   string      `json:"disk"` // the cached ext4 image
+	Config ImageConfig `json:"config"`
+}
+
+// ImageConfig is the part of the image's configuration an exec uses.
+type ImageConfig struct {
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// Disk is an extra raw disk.
+type Disk struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// Limits of what a record may ask for; a record outside them is corrupt.
+const (
+	maxCPUs    = 255
+	maxMemory  = 1 << 40
+	maxStorage = 1 << 44
+	maxSpec    = 1 << 20 // bytes of config.json
+)
+
+// check validates a spec, whether just built or read back from disk.
+func (s *Spec) check() error {
+	if s.Version != SpecVersion {
+		return fmt.Errorf("config format version %d (this smol reads %d)", s.Version, SpecVersion)
+	}
+	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	switch {
+	case s.CPUs < 1 || s.CPUs > maxCPUs:
+		return fmt.Errorf("cpus %d out of range 1-%d", s.CPUs, maxCPUs)
+	case s.Memory < 64<<20 || s.Memory > maxMemory:
+		return fmt.Errorf("memory %d out of range", s.Memory)
+	case s.Storage < 64<<20 || s.Storage > maxStorage:
+		return fmt.Errorf("storage %d out of range (64 MiB to 16 TiB)", s.Storage)
+	}
+	if s.Image != nil && (s.Image.Disk == "" || s.Image.Digest == "") {
+		return errors.New("image without its disk or digest")
+	}
+	return nil
+}
+
+func decodeSpec(b []byte) (*Spec, error) {
+	if len(b) > maxSpec {
+		return nil, fmt.Errorf("config.json is %d bytes", len(b))
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	return &s, nil
+}

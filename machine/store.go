@@ -1,0 +1,214 @@
+package machine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotFound reports a machine name with no record.
+var ErrNotFound = errors.New("no such machine")
+
+// ErrExists reports a create of a name already taken.
+var ErrExists = errors.New("a machine of that name exists")
+
+// Store is the machines directory of one SMOL_HOME.
+type Store struct {
+	root string // <home>/machines
+}
+
+// File names inside a machine's directory (see the package doc).
+const (
+	configFile  = "config.json"
+	stateFile   = "state.json"
+	vmmLock     = "vmm.lock"
+	startLock   = "start.lock"
+	ControlSock = "control.sock"
+	VsockSock   = "vsock.sock"
+	StorageFile = "storage.ext4"
+	ConsoleLog  = "console.log"
+	VMMLog      = "vmm.log"
+)
+
+// OpenStore opens (creating) <home>/machines, private to the user.
+func OpenStore(home string) (*Store, error) {
+	root := filepath.Join(home, "machines")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("machines directory: %w", err)
+	}
+	os.Chmod(root, 0o700)
+	return &Store{root: root}, nil
+}
+
+// Dir is the directory of machine name.
+func (s *Store) Dir(name string) string { return filepath.Join(s.root, name) }
+
+// Path is a file of machine name.
+func (s *Store) Path(name, file string) string { return filepath.Join(s.root, name, file) }
+
+// Create records a new machine. Two creates of one name race safely: the
+// record is built in a temporary directory renamed into place without
+// replacing anything, so exactly one wins.
+func (s *Store) Create(spec *Spec) error {
+	spec.Version = SpecVersion
+	if err := spec.check(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(s.Dir(spec.Name)); err == nil {
+		return fmt.Errorf("machine %s: %w", spec.Name, ErrExists)
+	}
+	tmp := filepath.Join(s.root, ".new-"+spec.Name+"-"+randomHex())
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := writeFileSync(filepath.Join(tmp, configFile), b); err != nil {
+		return noSpace(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir(spec.Name), unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return fmt.Errorf("machine %s: %w", spec.Name, ErrExists)
+		}
+		return err
+	}
+	syncDir(s.root)
+	return nil
+}
+
+// Load reads a machine's record; a damaged one is reported as such.
+func (s *Store) Load(name string) (*Spec, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(s.Path(name, configFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, derr := os.Stat(s.Dir(name)); derr == nil {
+			return nil, fmt.Errorf("machine %s: its directory has no config.json (damaged; remove it with smol machine rm -f %s)", name, name)
+		}
+		return nil, fmt.Errorf("machine %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSpec+1))
+	if err != nil {
+		return nil, err
+	}
+	spec, err := decodeSpec(b)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: damaged record: %w", name, err)
+	}
+	if spec.Name != name {
+		return nil, fmt.Errorf("machine %s: damaged record: it names %q", name, spec.Name)
+	}
+	return spec, nil
+}
+
+// Names lists the machines, sorted.
+func (s *Store) Names() ([]string, error) {
+	des, err := os.ReadDir(s.root)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, de := range des {
+		if de.IsDir() && ValidateName(de.Name()) == nil {
+			names = append(names, de.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Remove deletes a machine's directory. The caller holds the machine's
+// start lock and has checked that no VMM runs it. The directory is first
+// renamed away, so a half-removed machine never looks like a machine.
+func (s *Store) Remove(name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	trash := filepath.Join(s.root, ".rm-"+name+"-"+randomHex())
+	if err := os.Rename(s.Dir(name), trash); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("machine %s: %w", name, ErrNotFound)
+		}
+		return err
+	}
+	syncDir(s.root)
+	return os.RemoveAll(trash)
+}
+
+// Sweep removes what interrupted creates and removes left behind.
+func (s *Store) Sweep() {
+	des, _ := os.ReadDir(s.root)
+	for _, de := range des {
+		if n := de.Name(); strings.HasPrefix(n, ".new-") || strings.HasPrefix(n, ".rm-") {
+			os.RemoveAll(filepath.Join(s.root, n))
+		}
+	}
+}
+
+// writeFileAtomic replaces path with data through a synced temporary file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp-" + randomHex()
+	if err := writeFileSync(tmp, data); err != nil {
+		os.Remove(tmp)
+		return noSpace(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+func randomHex() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func noSpace(err error) error {
+	if errors.Is(err, unix.ENOSPC) {
+		return errors.New("no space left on device under SMOL_HOME")
+	}
+	return err
+}

@@ -1,0 +1,271 @@
+package smol
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/imagefs/ext4fs"
+	"github.com/smolvm/smol/machine"
+)
+
+// vmmCommand is the hidden `smol machine` subcommand that is a machine's
+// VMM process: `smol machine __vmm NAME`.
+const vmmCommand = "__vmm"
+
+// VMMCommand is the argument that makes the smol CLI serve a machine
+// (ServeMachine); exported for the CLI's dispatch.
+const VMMCommand = vmmCommand
+
+// ServeMachine is the body of a machine's VMM process: it boots the
+// machine, serves its control socket, and returns when the VM has ended.
+// It holds the machine's VMM lock for its whole life, so that a second
+// VMM for the same machine cannot start and a dead one is seen as dead.
+func ServeMachine(name string) (err error) {
+	st, err := machineStore()
+	if err != nil {
+		return err
+	}
+	spec, err := st.Load(name)
+	if err != nil {
+		return err
+	}
+	lock, err := st.TryLock(name, machine.VMMLock)
+	if errors.Is(err, machine.ErrLocked) {
+		return fmt.Errorf("machine %s is already running", name)
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	pid, started := os.Getpid(), time.Now()
+	defer func() {
+		if err != nil {
+			st.SetState(name, machine.Failed, pid, started, err.Error())
+		}
+	}()
+	if err := st.SetState(name, machine.Starting, pid, started, ""); err != nil {
+		return err
+	}
+	if spec.Image == nil {
+		return errors.New("the machine has no image")
+	}
+	if _, err := os.Stat(spec.Image.Disk); err != nil {
+		return fmt.Errorf("its image %s (%s) is no longer cached: pull it again (smol pull %s)", spec.Image.Ref, spec.Image.Digest, spec.Image.Ref)
+	}
+	storage := st.Path(name, machine.StorageFile)
+	if err := ensureStorage(storage, spec.Storage); err != nil {
+		return fmt.Errorf("storage disk: %w", err)
+	}
+	console, err := machine.OpenLog(st.Path(name, machine.ConsoleLog))
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	fmt.Fprintf(console, "smol: starting machine %s at %s\n", name, started.UTC().Format(time.RFC3339))
+
+	vsockPath := st.Path(name, machine.VsockSock)
+	bootPath := fmt.Sprintf("%s_%d", vsockPath, agent.BootPort)
+	os.Remove(vsockPath)
+	os.Remove(bootPath)
+	boot, err := net.Listen("unix", bootPath)
+	if err != nil {
+		return err
+	}
+	defer boot.Close()
+	cfg := Config{
+		CPUs: spec.CPUs, Memory: spec.Memory, Console: console,
+		Disks: []Disk{
+			{Path: spec.Image.Disk, ReadOnly: true, Serial: "smol-root"},
+			{Path: storage, Serial: "smol-storage"},
+		},
+		Cmdline: "smol.root=/dev/vda smol.upper=/dev/vdb",
+		Vsock:   &Vsock{Path: vsockPath},
+	}
+	for _, d := range spec.Disks {
+		cfg.Disks = append(cfg.Disks, Disk{Path: d.Path, ReadOnly: d.ReadOnly})
+	}
+	if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
+		return err
+	}
+	m, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	conn, err := acceptAgent(boot, m)
+	if err != nil {
+		m.Stop()
+		return err
+	}
+	_, err = agent.Run(conn, agent.Start{Idle: true, Hostname: name}, agent.Streams{})
+	conn.Close()
+	if err != nil {
+		m.Stop()
+		return fmt.Errorf("guest agent: %w", err)
+	}
+
+	sock := st.Path(name, machine.ControlSock)
+	os.Remove(sock) // a dead VMM's: we hold the machine's lock
+	ctl, err := net.Listen("unix", sock)
+	if err != nil {
+		m.Stop()
+		return fmt.Errorf("control socket: %w", err)
+	}
+	os.Chmod(sock, 0o600)
+	b := &machineBackend{m: m, spec: spec, vsock: vsockPath, started: started}
+	srv := machine.NewServer(b)
+	go srv.Serve(ctl)
+	defer func() {
+		srv.Close()
+		os.Remove(sock)
+	}()
+	if err := st.SetState(name, machine.Running, pid, started, ""); err != nil {
+		m.Stop()
+		return err
+	}
+	_, werr := m.Wait()
+	fmt.Fprintf(console, "smol: machine %s ended at %s\n", name, time.Now().UTC().Format(time.RFC3339))
+	if werr != nil && !b.stopping.Load() {
+		return werr
+	}
+	return st.SetState(name, machine.Stopped, 0, started, "")
+}
+
+// machineBackend is the VMM side of the control API.
+type machineBackend struct {
+	m        *Machine
+	spec     *machine.Spec
+	vsock    string
+	started  time.Time
+	stopping atomic.Bool
+}
+
+func (b *machineBackend) Info() machine.Info {
+	state := machine.Running
+	select {
+	case <-b.m.Done():
+		state = machine.Stopped
+	default:
+	}
+	info := machine.Info{Name: b.spec.Name, State: state, PID: os.Getpid(), CPUs: b.spec.CPUs, Memory: b.spec.Memory,
+		Started: b.started, HostMemory: selfRSS()}
+	if b.spec.Image != nil {
+		info.Image = b.spec.Image.Ref
+	}
+	return info
+}
+
+// DialAgent connects to the guest agent's exec port through the vsock
+// device's host socket ("CONNECT port" handshake).
+func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", b.vsock)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "CONNECT %d\n", agent.ExecPort); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// Read the answer a byte at a time: what follows it is the stream.
+	var line []byte
+	one := make([]byte, 1)
+	for len(line) < 64 {
+		if _, err := c.Read(one); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("vsock handshake: %w", err)
+		}
+		if one[0] == '\n' {
+			break
+		}
+		line = append(line, one[0])
+	}
+	if !strings.HasPrefix(string(line), "OK ") {
+		c.Close()
+		return nil, fmt.Errorf("vsock handshake: %q", line)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// Shutdown asks the agent for a clean power-off and stops the VM when it
+// has not ended within timeout.
+func (b *machineBackend) Shutdown(timeout time.Duration) error {
+	b.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() {
+		conn, err := b.DialAgent(ctx)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		context.AfterFunc(ctx, func() { conn.Close() })
+		agent.Run(conn, agent.Start{Idle: true, PowerOff: true}, agent.Streams{})
+	}()
+	select {
+	case <-b.m.Done():
+	case <-ctx.Done():
+		b.m.Stop()
+		<-b.m.Done()
+	}
+	return nil
+}
+
+// ensureStorage creates the machine's writable layer the first time: an
+// empty ext4 filesystem of size bytes in a sparse file (about one inode
+// per 16 KiB, as mke2fs gives), made under a temporary name and renamed
+// into place.
+func ensureStorage(path string, size int64) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	w, err := ext4fs.New(f, ext4fs.Options{MaxBytes: 1 << 20, Label: "smolstorage", Spare: size, Inodes: size / (16 << 10), Now: time.Now()})
+	if err == nil {
+		_, err = w.Finish()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// selfRSS is this process's resident memory in bytes.
+func selfRSS() uint64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

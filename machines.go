@@ -1,0 +1,462 @@
+package smol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/imagefs"
+	"github.com/smolvm/smol/internal/termsafe"
+	"github.com/smolvm/smol/machine"
+)
+
+// Persistent machines: named VMs that live across many commands, each run
+// by a VMM process of its own (package machine has the files and the
+// control API; the VMM side is vmm_process.go).
+
+// MachineConfig describes a machine to create.
+type MachineConfig struct {
+	Name     string
+	Image    string // image reference, as for `smol run --image`; required
+	Pull     imagefs.PullPolicy
+	Insecure bool
+	Progress io.Writer // pull progress; nil is quiet
+
+	CPUs    int    // 0 means DefaultCPUs
+	Memory  uint64 // 0 means DefaultMemory
+	Storage int64  // bytes of the persistent writable layer; 0 means DefaultStorage
+	Disks   []Disk // extra disks
+
+	// Defaults for every exec, over the image's.
+	Env     []string
+	Workdir string
+	User    string
+}
+
+// DefaultStorage is the size of a machine's writable layer: a sparse
+// file, so it costs only what the guest writes.
+const DefaultStorage = 20 << 30
+
+// MachineHome is where machines (and images) are kept: $SMOL_HOME, by
+// default ~/.local/share/smol.
+func MachineHome() string { return imagefs.DefaultHome() }
+
+func machineStore() (*machine.Store, error) { return machine.OpenStore(MachineHome()) }
+
+// NamedMachine is a persistent machine, started or not. Its methods are
+// clients of the machine's VMM process; the machine outlives the program
+// that holds this value.
+type NamedMachine struct {
+	store *machine.Store
+	spec  *machine.Spec
+}
+
+// CreateMachine pulls the image (per c.Pull) and records the machine;
+// nothing boots.
+func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) {
+	if err := machine.ValidateName(c.Name); err != nil {
+		return nil, err
+	}
+	if c.Image == "" {
+		return nil, errors.New("a machine needs an image (--image): its writable layer persists over it")
+	}
+	st, err := machineStore()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Load(c.Name); err == nil {
+		return nil, fmt.Errorf("machine %s: %w", c.Name, machine.ErrExists)
+	} else if !errors.Is(err, machine.ErrNotFound) {
+		return nil, err
+	}
+	spec := &machine.Spec{Name: c.Name, Created: time.Now().UTC(), CPUs: c.CPUs, Memory: c.Memory, Storage: c.Storage,
+		Env: c.Env, Workdir: c.Workdir, User: c.User}
+	if spec.CPUs == 0 {
+		spec.CPUs = DefaultCPUs
+	}
+	if spec.Memory == 0 {
+		spec.Memory = DefaultMemory
+	}
+	if spec.Storage == 0 {
+		spec.Storage = DefaultStorage
+	}
+	for _, d := range c.Disks {
+		p, err := filepath.Abs(d.Path)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("disk %s: %w", d.Path, err)
+		}
+		spec.Disks = append(spec.Disks, machine.Disk{Path: p, ReadOnly: d.ReadOnly})
+	}
+	images, err := imagefs.Open(MachineHome())
+	if err != nil {
+		return nil, err
+	}
+	img, err := images.Get(ctx, c.Image, imagefs.Options{Pull: c.Pull, Insecure: c.Insecure, Progress: c.Progress})
+	if err != nil {
+		return nil, err
+	}
+	ic := img.Config
+	spec.Image = &machine.Image{Ref: c.Image, Digest: img.Digest, Disk: img.Disk, Config: machine.ImageConfig{
+		Entrypoint: ic.Entrypoint, Cmd: ic.Cmd, Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User}}
+	if err := st.Create(spec); err != nil {
+		return nil, err
+	}
+	return &NamedMachine{store: st, spec: spec}, nil
+}
+
+// OpenMachine finds a created machine.
+func OpenMachine(name string) (*NamedMachine, error) {
+	st, err := machineStore()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := st.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	return &NamedMachine{store: st, spec: spec}, nil
+}
+
+// ListMachines returns the status of every machine.
+func ListMachines(ctx context.Context) ([]MachineStatus, error) {
+	st, err := machineStore()
+	if err != nil {
+		return nil, err
+	}
+	st.Sweep()
+	names, err := st.Names()
+	if err != nil {
+		return nil, err
+	}
+	var out []MachineStatus
+	for _, n := range names {
+		m, err := OpenMachine(n)
+		if err != nil {
+			out = append(out, MachineStatus{Name: n, State: machine.Failed, Error: err.Error()})
+			continue
+		}
+		s, err := m.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Name is the machine's name.
+func (m *NamedMachine) Name() string { return m.spec.Name }
+
+// Spec is what the machine was created with.
+func (m *NamedMachine) Spec() machine.Spec { return *m.spec }
+
+// MachineStatus is a machine's state and, while it runs, its VMM's view.
+type MachineStatus struct {
+	Name    string        `json:"name"`
+	State   machine.State `json:"state"`
+	Image   string        `json:"image"`
+	CPUs    int           `json:"cpus"`
+	Memory  uint64        `json:"memory"`
+	PID     int           `json:"pid,omitempty"`
+	Started time.Time     `json:"started,omitzero"`
+	Uptime  Duration      `json:"uptime,omitempty"`
+	// HostMemory is what the running VM costs the host (VMM resident
+	// memory, touched guest RAM included).
+	HostMemory uint64 `json:"hostMemory,omitempty"`
+	Error      string `json:"error,omitempty"`
+	// LastConsole is the end of the console of a failed machine.
+	LastConsole string `json:"lastConsole,omitempty"`
+}
+
+// Duration prints as "1h2m3s" in JSON.
+type Duration = machine.Duration
+
+func (m *NamedMachine) client() *machine.Client {
+	return machine.NewClient(m.store.Path(m.spec.Name, machine.ControlSock))
+}
+
+// Status reads the machine's state, asking its VMM when it runs.
+func (m *NamedMachine) Status(ctx context.Context) (MachineStatus, error) {
+	fs, err := m.store.Status(m.spec.Name)
+	if err != nil {
+		return MachineStatus{}, err
+	}
+	s := MachineStatus{Name: m.spec.Name, State: fs.State, CPUs: m.spec.CPUs, Memory: m.spec.Memory,
+		PID: fs.PID, Started: fs.Started, Error: fs.Error}
+	if m.spec.Image != nil {
+		s.Image = m.spec.Image.Ref
+	}
+	switch fs.State {
+	case machine.Running:
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if info, err := m.client().Status(cctx); err == nil {
+			s.State, s.HostMemory = info.State, info.HostMemory
+		}
+		s.Uptime = Duration(time.Since(fs.Started).Round(time.Second))
+	case machine.Failed:
+		s.LastConsole = lastLines(termsafe.Text(string(m.store.Tail(m.spec.Name, 4096))), 10)
+	}
+	return s, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// VMMExecutable is the smol binary that runs machines' VMM processes.
+// Empty means this program itself when it is smol (the CLI sets it),
+// else "smol" on PATH.
+var VMMExecutable string
+
+// Start boots the machine in a VMM process of its own and returns once
+// the guest agent answers; the machine keeps running after this program
+// exits.
+func (m *NamedMachine) Start(ctx context.Context) error {
+	name := m.spec.Name
+	sl, err := m.store.TryLock(name, machine.StartLock)
+	if errors.Is(err, machine.ErrLocked) {
+		return fmt.Errorf("machine %s is being started by another command", name)
+	}
+	if err != nil {
+		return err
+	}
+	defer sl.Unlock()
+	if m.store.Alive(name) {
+		return fmt.Errorf("machine %s is already running", name)
+	}
+	bin := VMMExecutable
+	if bin == "" {
+		if bin, err = exec.LookPath("smol"); err != nil {
+			return errors.New("cannot find the smol binary to run the machine's VMM (set smol.VMMExecutable)")
+		}
+	}
+	logPath := m.store.Path(name, machine.VMMLog)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "machine", vmmCommand, name)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
+	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the VMM process: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(agentBootTimeout + 30*time.Second)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("machine %s did not start: %s", name, vmmFailure(logPath))
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			<-exited
+			return ctx.Err()
+		case <-deadline:
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("machine %s did not start within %v", name, agentBootTimeout+30*time.Second)
+		case <-tick.C:
+			if st, err := m.store.Status(name); err == nil && st.State == machine.Running {
+				// The VMM is on its own now; Wait's goroutine stays
+				// blocked until it exits or we do.
+				return nil
+			}
+		}
+	}
+}
+
+// vmmFailure is the last line the VMM process wrote (its error).
+func vmmFailure(logPath string) string {
+	b, _ := os.ReadFile(logPath)
+	s := lastLines(termsafe.Text(string(b)), 1)
+	if s == "" {
+		return "its VMM process exited without a word"
+	}
+	return strings.TrimPrefix(s, "smol: ")
+}
+
+// Stop shuts the machine down cleanly, or hard after timeout, and returns
+// once its VMM process is gone.
+func (m *NamedMachine) Stop(ctx context.Context, timeout time.Duration) error {
+	if timeout < 0 {
+		return errors.New("negative stop timeout")
+	}
+	name := m.spec.Name
+	st, err := m.store.Status(name)
+	if err != nil {
+		return err
+	}
+	if st.State != machine.Running && st.State != machine.Starting {
+		return fmt.Errorf("machine %s is %s", name, st.State)
+	}
+	if err := m.client().Stop(ctx, timeout); err != nil && !errors.Is(err, machine.ErrNoVMM) {
+		return err
+	}
+	// The VM has ended; wait for its process to let go of the machine.
+	for i := 0; m.store.Alive(name); i++ {
+		if i == 200 { // 10 s
+			return fmt.Errorf("machine %s: its VMM (pid %d) does not exit", name, st.PID)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Exec runs a command in the running machine through its agent, with the
+// semantics of RunCommand: the exit status, separate streams, stdin, TTY,
+// signals. Many execs may run at once.
+func (m *NamedMachine) Exec(ctx context.Context, cmd Command) (int, error) {
+	name := m.spec.Name
+	st, err := m.store.Status(name)
+	if err != nil {
+		return 0, err
+	}
+	if st.State != machine.Running {
+		return 0, fmt.Errorf("machine %s is %s; start it with: smol machine start %s", name, st.State, name)
+	}
+	cmd.Env = append(append([]string(nil), m.spec.Env...), cmd.Env...)
+	cmd.Dir = first(cmd.Dir, m.spec.Workdir)
+	cmd.User = first(cmd.User, m.spec.User)
+	start, err := startRequest(m.image(), cmd)
+	if err != nil {
+		return 0, err
+	}
+	start.PowerOff = false
+	conn, err := m.client().Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("machine %s: %w", name, err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	exit, err := agent.Run(conn, start, agent.Streams{
+		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, Signals: cmd.Signals, Resize: cmd.Resize,
+	})
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("machine %s: %w", name, err)
+	}
+	if exit.Error != "" {
+		return exit.Code, &CommandError{Code: exit.Code, Msg: exit.Error}
+	}
+	return exit.Code, nil
+}
+
+// image is the machine's image as startRequest wants it.
+func (m *NamedMachine) image() *imagefs.Image {
+	if m.spec.Image == nil {
+		return nil
+	}
+	c := m.spec.Image.Config
+	return &imagefs.Image{Ref: m.spec.Image.Ref, Digest: m.spec.Image.Digest, Disk: m.spec.Image.Disk,
+		Config: imagefs.Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User}}
+}
+
+// Remove deletes the machine and everything of it under SMOL_HOME; a
+// running machine only with force, which stops it hard first.
+func (m *NamedMachine) Remove(ctx context.Context, force bool) error {
+	name := m.spec.Name
+	sl, err := m.store.TryLock(name, machine.StartLock)
+	if errors.Is(err, machine.ErrLocked) {
+		return fmt.Errorf("machine %s is being started by another command", name)
+	}
+	if err != nil {
+		return err
+	}
+	defer sl.Unlock()
+	if m.store.Alive(name) {
+		if !force {
+			return fmt.Errorf("machine %s is running; stop it first, or use rm -f", name)
+		}
+		if err := m.client().Stop(ctx, time.Millisecond); err != nil && !errors.Is(err, machine.ErrNoVMM) {
+			return err
+		}
+		for i := 0; m.store.Alive(name); i++ {
+			if i == 200 {
+				return fmt.Errorf("machine %s: its VMM does not exit", name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return m.store.Remove(name)
+}
+
+// Logs copies the machine's console and agent log to w (the rotated
+// older part first); with follow it keeps copying as the log grows until
+// ctx ends.
+func (m *NamedMachine) Logs(ctx context.Context, w io.Writer, follow bool) error {
+	path := m.store.Path(m.spec.Name, machine.ConsoleLog)
+	if b, err := os.ReadFile(path + ".1"); err == nil {
+		w.Write(b)
+	}
+	var off int64
+	var ino uint64
+	for {
+		f, err := os.Open(path)
+		if err == nil {
+			var st syscall.Stat_t
+			if syscall.Fstat(int(f.Fd()), &st) == nil {
+				if st.Ino != ino || st.Size < off { // rotated: the new file from its start
+					ino, off = st.Ino, 0
+				}
+			}
+			f.Seek(off, io.SeekStart)
+			n, _ := io.Copy(w, f)
+			off += n
+			f.Close()
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// RemoveDamagedMachine removes the directory of a machine whose record
+// cannot be read, unless a VMM still runs it.
+func RemoveDamagedMachine(name string) error {
+	st, err := machineStore()
+	if err != nil {
+		return err
+	}
+	if err := machine.ValidateName(name); err != nil {
+		return err
+	}
+	if st.Alive(name) {
+		return fmt.Errorf("machine %s: a VMM still runs it (pid file %s)", name, st.Path(name, machine.VMMLock))
+	}
+	return st.Remove(name)
+}
