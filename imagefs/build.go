@@ -30,7 +30,7 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, err
 	}
 	l, err := lockFile(ctx, dir+".lock")

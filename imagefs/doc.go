@@ -36,11 +36,18 @@
 //
 // # Layout on disk
 //
-//	<home>/images/refs.json          ref → digest index (written via rename, guarded by refs.lock)
-//	<home>/images/<algo>/<hex>/      one complete entry: rootfs.ext4, config.json, complete
-//	<home>/images/<algo>/<hex>.lock  flock held while an entry is built or removed
-//	<home>/images/<algo>/<hex>.tmp-* entry under construction (renamed into place when done)
-//	<home>/images/tmp/               scratch space (unpacked OCI-layout tarballs)
+//	<home>/images/refs.json                ref → key index (written via rename, guarded by refs.lock)
+//	<home>/images/sha256/<hex>/            a registry image's entry: rootfs.ext4, config.json, complete
+//	<home>/images/sha256/layout-<hex>/     an OCI layout's (dir or tarball), keyed by its verified manifest
+//	<home>/images/sha256/docker-<hex>/     a docker-save tarball's, keyed by its verified config
+//	<home>/images/sha256/<entry>.lock      flock held while an entry is built or removed
+//	<home>/images/sha256/<entry>.tmp-*     entry under construction (renamed into place when done)
+//	<home>/images/tmp/                     scratch space (unpacked OCI-layout tarballs)
+//
+// Local sources get key spaces of their own: a file on disk can never
+// satisfy or replace a registry reference's entry, even one whose bytes
+// honestly hash to the same digest. Everything is private to the user
+// (directories 0700, files 0600).
 //
 // An entry counts only when its directory carries the `complete` marker,
 // which is written after everything else has been fsynced, inside the
