@@ -55,6 +55,12 @@ const (
 	// (its beats arrive late by seconds, not minutes) and short against
 	// a CI job's limit.
 	defaultWatchdog = 120 * time.Second
+
+	// bootGrace is the least time a box has for its first heartbeat of
+	// each kind, whatever a shorter watchdog says: before its init runs
+	// the box kernel cannot report, and on a busy host its boot alone
+	// (struct pages for 6 GiB under a software CPU) took over 10 s.
+	bootGrace = defaultWatchdog
 )
 
 // life is what the harness knows of the box's signs of life. It is fed by
@@ -67,6 +73,7 @@ type life struct {
 	last9p    time.Time // last 9p line
 	uptime    string    // the box's uptime in its last beat
 	beats     int       // alive lines received
+	beats9p   int       // 9p lines received
 	status    int       // the command's status, when hasStatus
 	hasStatus bool
 	tasks     chan []string // a task dump, once per request
@@ -95,6 +102,7 @@ func (l *life) line(s string, now time.Time) {
 		l.beats++
 	case "9p":
 		l.last9p, l.uptime = now, rest
+		l.beats9p++
 	case "status":
 		if n, err := strconv.Atoi(rest); err == nil {
 			l.status, l.hasStatus = n, true
@@ -138,15 +146,40 @@ func (l *life) verdict(now time.Time, watchdog time.Duration) (h hang, hung bool
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h = hang{beats: l.beats, lastUptime: l.uptime}
-	if d := now.Sub(l.lastAlive); d >= watchdog {
+	if d := now.Sub(l.lastAlive); d >= beatLimit(watchdog, l.beats) {
 		h.silent = d
 		return h, true
 	}
-	if d := now.Sub(l.last9p); d >= watchdog {
+	// A share that stopped answering is only news while the kernel's
+	// own beats are current: when both stopped, the 9p loop's last beat
+	// may simply be older (it runs behind on a busy box), and the
+	// verdict waits the moments until the kernel's silence is the news.
+	if d := now.Sub(l.last9p); d >= beatLimit(watchdog, l.beats9p) && now.Sub(l.lastAlive) < staleAlive {
 		h.silent, h.kernelOK = d, true
 		return h, true
 	}
 	return hang{}, false
+}
+
+// staleAlive is how old the last alive beat may be for the box kernel to
+// count as alive now: a few beats, late as a busy box sends them.
+const staleAlive = 3 * beatPeriod
+
+// beatLimit is how long a box may be silent on a heartbeat of which it
+// has sent n so far.
+func beatLimit(watchdog time.Duration, n int) time.Duration {
+	if n == 0 {
+		return max(watchdog, bootGrace)
+	}
+	return watchdog
+}
+
+// reported says whether the box has sent both kinds of heartbeat, after
+// which the watchdog period alone applies.
+func (l *life) reported() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.beats > 0 && l.beats9p > 0
 }
 
 // what is the first line of a hung box's report.

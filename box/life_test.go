@@ -22,8 +22,13 @@ func TestLifeVerdict(t *testing.T) {
 		kernelOK   bool
 		wantInWhat string
 	}{
-		{"booting, within the watchdog", func(l *life) {}, 9, false, false, ""},
-		{"never reported", func(l *life) {}, 10, true, false, "never reported"},
+		{"booting, longer than the watchdog", func(l *life) {}, 100, false, false, ""},
+		{"never reported", func(l *life) {}, bootGrace.Seconds(), true, false, "never reported"},
+		{"9p never answered", func(l *life) {
+			for s := 2.0; s < 200; s += 2 {
+				l.line("alive 5.00 1.00", at(s))
+			}
+		}, 200, true, true, "9p"},
 		{"beats and 9p answers", func(l *life) {
 			for s := 2.0; s < 30; s += 2 {
 				l.line("alive 5.00 1.00", at(s))
@@ -38,6 +43,14 @@ func TestLifeVerdict(t *testing.T) {
 			l.line("9p 1 1", at(8))
 			l.console(at(9))
 		}, 17, false, false, ""},
+		{"both stopped, 9p a little earlier", func(l *life) {
+			l.line("9p 3.00 1.00", at(2))
+			l.line("alive 4.50 1.00", at(3.5))
+		}, 12.5, false, false, ""},
+		{"both stopped, kernel's silence reported", func(l *life) {
+			l.line("9p 3.00 1.00", at(2))
+			l.line("alive 4.50 1.00", at(3.5))
+		}, 13.5, true, false, "no sign of life for 10 s"},
 		{"kernel alive, 9p silent", func(l *life) {
 			for s := 2.0; s <= 20; s += 2 {
 				l.line("alive 5.00 1.00", at(s))
@@ -138,14 +151,16 @@ func TestParseRegistersAndSymbols(t *testing.T) {
 	dump := "CPU#0\nRAX=0000000000000000 RBX=ffffffff82a0c940\n" +
 		"RIP=ffffffff81443efb RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\n" +
 		"CPU#1\nRAX=0000000000000001\nRIP=00007f0012345678 RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\n"
+	dump += "CPU#2\nEAX=00000000 EBX=00000000\nEIP=0000fff0 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=1\nCPU#3\n"
 	cpus := parseRegisters(dump)
-	want := []vcpu{{0, 0xffffffff81443efb, 0, true}, {1, 0x7f0012345678, 3, false}}
-	if len(cpus) != 2 || cpus[0] != want[0] || cpus[1] != want[1] {
+	want := []vcpu{{0, 0xffffffff81443efb, 0, true, false}, {1, 0x7f0012345678, 3, false, false}, {2, 0xfff0, 0, true, true}}
+	if len(cpus) != 3 || cpus[0] != want[0] || cpus[1] != want[1] || cpus[2] != want[2] {
 		t.Fatalf("parseRegisters = %+v, want %+v", cpus, want)
 	}
 	syms := &symbols{addrs: []uint64{0xffffffff81000000, 0xffffffff81443ee8}, names: []string{"_stext", "default_idle"}}
 	report := describeVCPUs(cpus, syms)
-	for _, w := range []string{"CPU 0: RIP 0xffffffff81443efb default_idle+0x13, halted", "CPU 1: RIP 0x7f0012345678 (user space)"} {
+	for _, w := range []string{"CPU 0: RIP 0xffffffff81443efb default_idle+0x13, halted", "CPU 1: RIP 0x7f0012345678 (user space)",
+		"CPU 2: RIP 0xfff0 (not in 64-bit mode"} {
 		if !strings.Contains(report, w) {
 			t.Errorf("report lacks %q:%s", w, report)
 		}

@@ -127,11 +127,12 @@ type vcpu struct {
 	rip    uint64
 	cpl    int
 	halted bool
+	legacy bool // not in 64-bit mode (an AP the kernel has not started shows EIP=fff0)
 }
 
 var (
 	cpuHeader = regexp.MustCompile(`(?m)^CPU#(\d+)`)
-	ripField  = regexp.MustCompile(`RIP=([0-9a-fA-F]+)`)
+	ripField  = regexp.MustCompile(`([RE])IP=([0-9a-fA-F]+)`)
 	cplField  = regexp.MustCompile(`CPL=(\d)`)
 	hltField  = regexp.MustCompile(`HLT=(\d)`)
 )
@@ -148,11 +149,12 @@ func parseRegisters(dump string) []vcpu {
 		block := dump[h[1]:end]
 		n, _ := strconv.Atoi(dump[h[2]:h[3]])
 		c := vcpu{n: n, cpl: -1}
-		if m := ripField.FindStringSubmatch(block); m != nil {
-			c.rip, _ = strconv.ParseUint(m[1], 16, 64)
-		} else {
-			continue
+		m := ripField.FindStringSubmatch(block)
+		if m == nil {
+			continue // a machine that has not started has no registers yet
 		}
+		c.rip, _ = strconv.ParseUint(m[2], 16, 64)
+		c.legacy = m[1] == "E"
 		if m := cplField.FindStringSubmatch(block); m != nil {
 			c.cpl, _ = strconv.Atoi(m[1])
 		}
@@ -226,6 +228,8 @@ func describeVCPUs(cpus []vcpu, syms *symbols) string {
 	for _, c := range cpus {
 		fmt.Fprintf(&b, "\n    CPU %d: RIP %#x", c.n, c.rip)
 		switch name := syms.name(c.rip); {
+		case c.legacy:
+			b.WriteString(" (not in 64-bit mode: not started by the box kernel yet?)")
 		case name != "":
 			fmt.Fprintf(&b, " %s", name)
 		case c.cpl == 3:

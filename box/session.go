@@ -55,7 +55,7 @@ func (b *session) acceptMonitor(l net.Listener, pid int, started func(*running))
 	b.monitor = q
 	b.mu.Unlock()
 	if started != nil {
-		started(&running{pid: pid, monitor: q})
+		started(&running{pid: pid, monitor: q, life: b.life})
 	}
 }
 
