@@ -106,9 +106,7 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 	if err != nil {
 		return nil, err
 	}
-	ic := img.Config
-	spec.Image = &machine.Image{Ref: c.Image, Digest: img.Digest, Disk: img.Disk, Config: machine.ImageConfig{
-		Entrypoint: ic.Entrypoint, Cmd: ic.Cmd, Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User}}
+	spec.Image = &machine.Image{Ref: c.Image, Digest: img.Digest, Disk: img.Disk, Config: img.Config}
 	if err := st.Create(spec); err != nil {
 		return nil, err
 	}
@@ -313,10 +311,15 @@ func (m *NamedMachine) Stop(ctx context.Context, timeout time.Duration) error {
 	if err := m.client().Stop(ctx, timeout); err != nil && !errors.Is(err, machine.ErrNoVMM) {
 		return err
 	}
-	// The VM has ended; wait for its process to let go of the machine.
-	for i := 0; m.store.Alive(name); i++ {
+	return m.waitGone(ctx)
+}
+
+// waitGone waits for the machine's VMM process to let go of the machine
+// (its VM has ended, or is being stopped).
+func (m *NamedMachine) waitGone(ctx context.Context) error {
+	for i := 0; m.store.Alive(m.spec.Name); i++ {
 		if i == 200 { // 10 s
-			return fmt.Errorf("machine %s: its VMM (pid %d) does not exit", name, st.PID)
+			return fmt.Errorf("machine %s: its VMM process does not exit", m.spec.Name)
 		}
 		select {
 		case <-ctx.Done():
@@ -374,9 +377,8 @@ func (m *NamedMachine) image() *imagefs.Image {
 	if m.spec.Image == nil {
 		return nil
 	}
-	c := m.spec.Image.Config
-	return &imagefs.Image{Ref: m.spec.Image.Ref, Digest: m.spec.Image.Digest, Disk: m.spec.Image.Disk,
-		Config: imagefs.Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User}}
+	i := m.spec.Image
+	return &imagefs.Image{Ref: i.Ref, Digest: i.Digest, Disk: i.Disk, Config: i.Config}
 }
 
 // Remove deletes the machine and everything of it under SMOL_HOME; a
@@ -398,11 +400,8 @@ func (m *NamedMachine) Remove(ctx context.Context, force bool) error {
 		if err := m.client().Stop(ctx, time.Millisecond); err != nil && !errors.Is(err, machine.ErrNoVMM) {
 			return err
 		}
-		for i := 0; m.store.Alive(name); i++ {
-			if i == 200 {
-				return fmt.Errorf("machine %s: its VMM does not exit", name)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := m.waitGone(ctx); err != nil {
+			return err
 		}
 	}
 	return m.store.Remove(name)

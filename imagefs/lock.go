@@ -2,13 +2,11 @@ package imagefs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/smolvm/smol/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,43 +65,7 @@ func tryLockFile(path string) (*fileLock, bool) {
 
 func (l *fileLock) unlock() { l.f.Close() }
 
-// writeFileAtomic writes data to path via a synced temporary file and a
-// rename, then syncs the directory, so readers see the old or the new
-// version and never a torn one. The file is private to the user, like
-// everything in the store (refs.json names what the user runs).
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-" + randomSuffix()
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, privateFile)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	syncDir(filepath.Dir(path))
-	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
-func randomSuffix() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// writeFileAtomic, syncDir and randomSuffix: see package atomicfile.
+func writeFileAtomic(path string, data []byte) error { return atomicfile.Write(path, data) }
+func syncDir(dir string)                             { atomicfile.SyncDir(dir) }
+func randomSuffix() string                           { return atomicfile.RandomSuffix() }

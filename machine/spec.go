@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/smolvm/smol/imagefs"
 )
 
 // SpecVersion is the format of config.json; a record of another version
@@ -34,19 +36,10 @@ type Spec struct {
 // Image is the image a machine's root was made from, pinned by digest:
 // the persistent layer only makes sense over the very same image.
 type Image struct {
-	Ref    string      `json:"ref"`
-	Digest string      `json:"digest"`
-	Disk   string      `json:"disk"` // the cached ext4 image
-	Config ImageConfig `json:"config"`
-}
-
-// ImageConfig is the part of the image's configuration an exec uses.
-type ImageConfig struct {
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	WorkingDir string   `json:"workingDir,omitempty"`
-	User       string   `json:"user,omitempty"`
+	Ref    string         `json:"ref"`
+	Digest string         `json:"digest"`
+	Disk   string         `json:"disk"`   // the cached ext4 image
+	Config imagefs.Config `json:"config"` // what an exec takes from the image`
 }
 
 // Disk is an extra raw disk.

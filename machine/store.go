@@ -1,8 +1,6 @@
 package machine
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/smolvm/smol/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -162,52 +161,28 @@ func (s *Store) Sweep() {
 	}
 }
 
-// writeFileAtomic replaces path with data through a synced temporary file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-" + randomHex()
-	if err := writeFileSync(tmp, data); err != nil {
-		os.Remove(tmp)
-		return noSpace(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	syncDir(filepath.Dir(path))
-	return nil
-}
+func writeFileAtomic(path string, data []byte) error { return noSpace(atomicfile.Write(path, data)) }
+func syncDir(dir string)                             { atomicfile.SyncDir(dir) }
+func randomHex() string                              { return atomicfile.RandomSuffix() }
 
+// writeFileSync creates path (which must not exist) with data, synced.
 func writeFileSync(path string, data []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
-func randomHex() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return err
 }
 
 func noSpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) {
+	if err != nil && errors.Is(err, unix.ENOSPC) {
 		return errors.New("no space left on device under SMOL_HOME")
 	}
 	return err

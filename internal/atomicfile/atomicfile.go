@@ -1,0 +1,52 @@
+// Package atomicfile replaces small files so that readers see the old or
+// the new version and never a torn one, even across a crash.
+package atomicfile
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+)
+
+// Write replaces path with data through a synced temporary file beside it
+// and a rename, then syncs the directory. The file is private to the user
+// (0600): everything smol keeps names what the user runs.
+func Write(path string, data []byte) error {
+	tmp := path + ".tmp-" + RandomSuffix()
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	SyncDir(filepath.Dir(path))
+	return nil
+}
+
+// SyncDir makes a directory's entries (a rename, a new file) durable.
+func SyncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// RandomSuffix names temporary files and directories uniquely.
+func RandomSuffix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
