@@ -121,7 +121,7 @@ func ServeMachine(name string) (err error) {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	os.Chmod(sock, 0o600)
-	b := &machineBackend{m: m, spec: spec, vsock: vsockPath, started: started}
+	b := &machineBackend{m: m, store: st, spec: spec, vsock: vsockPath, started: started}
 	srv := machine.NewServer(b)
 	go srv.Serve(ctl)
 	defer func() {
@@ -143,6 +143,7 @@ func ServeMachine(name string) (err error) {
 // machineBackend is the VMM side of the control API.
 type machineBackend struct {
 	m        *Machine
+	store    *machine.Store
 	spec     *machine.Spec
 	vsock    string
 	started  time.Time
@@ -151,6 +152,9 @@ type machineBackend struct {
 
 func (b *machineBackend) Info() machine.Info {
 	state := machine.Running
+	if b.m.vm.Paused() {
+		state = machine.Paused
+	}
 	select {
 	case <-b.m.Done():
 		state = machine.Stopped
@@ -162,6 +166,22 @@ func (b *machineBackend) Info() machine.Info {
 		info.Image = b.spec.Image.Ref
 	}
 	return info
+}
+
+// Pause parks the vCPUs and records the state for readers of the files.
+func (b *machineBackend) Pause() error {
+	if err := b.m.Pause(); err != nil {
+		return err
+	}
+	return b.store.SetState(b.spec.Name, machine.Paused, os.Getpid(), b.started, "")
+}
+
+// Resume lets the vCPUs run again.
+func (b *machineBackend) Resume() error {
+	if err := b.m.Resume(); err != nil {
+		return err
+	}
+	return b.store.SetState(b.spec.Name, machine.Running, os.Getpid(), b.started, "")
 }
 
 // DialAgent connects to the guest agent's exec port through the vsock
@@ -202,6 +222,7 @@ func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 // has not ended within timeout.
 func (b *machineBackend) Shutdown(timeout time.Duration) error {
 	b.stopping.Store(true)
+	b.m.Resume() // a paused guest cannot shut itself down
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	go func() {

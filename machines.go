@@ -196,7 +196,7 @@ func (m *NamedMachine) Status(ctx context.Context) (MachineStatus, error) {
 		s.Image = m.spec.Image.Ref
 	}
 	switch fs.State {
-	case machine.Running:
+	case machine.Running, machine.Paused:
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if info, err := m.client().Status(cctx); err == nil {
@@ -305,7 +305,7 @@ func (m *NamedMachine) Stop(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if st.State != machine.Running && st.State != machine.Starting {
+	if st.State != machine.Running && st.State != machine.Starting && st.State != machine.Paused {
 		return fmt.Errorf("machine %s is %s", name, st.State)
 	}
 	if err := m.client().Stop(ctx, timeout); err != nil && !errors.Is(err, machine.ErrNoVMM) {
@@ -330,6 +330,34 @@ func (m *NamedMachine) waitGone(ctx context.Context) error {
 	return nil
 }
 
+// Pause parks the running machine's vCPUs: its processes stand still and
+// use no host CPU until Resume.
+func (m *NamedMachine) Pause(ctx context.Context) error { return m.lifecycle(ctx, "pause") }
+
+// Resume lets a paused machine run again.
+func (m *NamedMachine) Resume(ctx context.Context) error { return m.lifecycle(ctx, "resume") }
+
+func (m *NamedMachine) lifecycle(ctx context.Context, what string) error {
+	name := m.spec.Name
+	st, err := m.store.Status(name)
+	if err != nil {
+		return err
+	}
+	if st.State != machine.Running && st.State != machine.Paused {
+		return fmt.Errorf("machine %s is %s; only a running machine can %s", name, st.State, what)
+	}
+	c := m.client()
+	if what == "pause" {
+		err = c.Pause(ctx)
+	} else {
+		err = c.Resume(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("machine %s: %w", name, err)
+	}
+	return nil
+}
+
 // Exec runs a command in the running machine through its agent, with the
 // semantics of RunCommand: the exit status, separate streams, stdin, TTY,
 // signals. Many execs may run at once.
@@ -339,7 +367,11 @@ func (m *NamedMachine) Exec(ctx context.Context, cmd Command) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if st.State != machine.Running {
+	switch st.State {
+	case machine.Running:
+	case machine.Paused:
+		return 0, fmt.Errorf("machine %s is paused; resume it with: smol machine resume %s", name, name)
+	default:
 		return 0, fmt.Errorf("machine %s is %s; start it with: smol machine start %s", name, st.State, name)
 	}
 	cmd.Env = append(append([]string(nil), m.spec.Env...), cmd.Env...)

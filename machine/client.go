@@ -44,6 +44,16 @@ func (c *Client) Stop(ctx context.Context, timeout time.Duration) error {
 	return c.call(ctx, http.MethodPost, "/v1/stop", StopRequest{Timeout: Duration(timeout)}, nil)
 }
 
+// Pause parks the machine's vCPUs.
+func (c *Client) Pause(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/pause", nil, nil)
+}
+
+// Resume lets a paused machine run again.
+func (c *Client) Resume(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/resume", nil, nil)
+}
+
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {

@@ -173,6 +173,8 @@ func (f *fakeVMM) DialAgent(ctx context.Context) (net.Conn, error) {
 	return a, nil
 }
 func (f *fakeVMM) Shutdown(d time.Duration) error { f.stopped <- d; return nil }
+func (f *fakeVMM) Pause() error                   { f.state = Paused; return nil }
+func (f *fakeVMM) Resume() error                  { f.state = Running; return nil }
 
 func serve(t *testing.T, b Backend) *Client {
 	sock := filepath.Join(t.TempDir(), "c.sock")
@@ -210,6 +212,15 @@ func TestControlAPI(t *testing.T) {
 	}
 	if d := <-f.stopped; d != 3*time.Second {
 		t.Errorf("stop timeout %v", d)
+	}
+	if err := c.Pause(ctx); err != nil || f.state != Paused {
+		t.Fatalf("pause: %v, %s", err, f.state)
+	}
+	if _, err := c.Exec(ctx); err == nil || !strings.Contains(err.Error(), "resume it first") {
+		t.Errorf("exec while paused: %v", err)
+	}
+	if err := c.Resume(ctx); err != nil || f.state != Running {
+		t.Fatalf("resume: %v, %s", err, f.state)
 	}
 	f.state = Stopped
 	if _, err := c.Exec(ctx); err == nil || !strings.Contains(err.Error(), "stopped") {

@@ -21,6 +21,10 @@ type Backend interface {
 	// Shutdown asks the guest to power off, stops the VM hard after
 	// timeout, and returns once the VM has ended.
 	Shutdown(timeout time.Duration) error
+	// Pause parks the vCPUs; Resume lets them run. Each does nothing in
+	// the state it leads to.
+	Pause() error
+	Resume() error
 }
 
 // Server serves the control API of one machine.
@@ -37,6 +41,8 @@ func NewServer(b Backend) *Server {
 	mux.HandleFunc("GET /v1/status", s.status)
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/stop", s.stop)
+	mux.HandleFunc("POST /v1/pause", s.lifecycle(Backend.Pause))
+	mux.HandleFunc("POST /v1/resume", s.lifecycle(Backend.Resume))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -83,6 +89,17 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct{}{})
 }
 
+// lifecycle answers pause and resume.
+func (s *Server) lifecycle(do func(Backend) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := do(s.b); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.b.Info())
+	}
+}
+
 // exec upgrades the request's connection and relays it to a fresh agent
 // stream: the client then speaks the agent protocol to the guest.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +108,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st := s.b.Info().State; st != Running {
-		writeError(w, http.StatusConflict, fmt.Errorf("the machine is %s", st))
+		hint := ""
+		if st == Paused {
+			hint = "; resume it first"
+		}
+		writeError(w, http.StatusConflict, fmt.Errorf("the machine is %s%s", st, hint))
 		return
 	}
 	agent, err := s.b.DialAgent(r.Context())

@@ -18,6 +18,7 @@ const (
 	Created  State = "created"  // recorded, never started
 	Starting State = "starting" // its VMM is booting it
 	Running  State = "running"
+	Paused   State = "paused" // its vCPUs are parked
 	Stopped  State = "stopped"
 	Failed   State = "failed" // its VMM died or could not boot it
 )
@@ -121,7 +122,7 @@ func (s *Store) Status(name string) (Status, error) {
 		return st, nil
 	}
 	switch r.State {
-	case Starting, Running:
+	case Starting, Running, Paused:
 		st.State = Failed
 		st.Error = fmt.Sprintf("its VMM process (pid %d) died", r.PID)
 	}

@@ -98,6 +98,7 @@ type Machine struct {
 	firstRun     atomic.Int64 // unix nanos of vCPU 0's first KVM_RUN
 
 	stopping atomic.Bool
+	pause    pauser
 	mu       sync.Mutex
 	reason   StopReason
 	err      error
@@ -123,6 +124,7 @@ func New(cfg Config) (_ *Machine, err error) {
 		return nil, fmt.Errorf("--mem %d is not a multiple of 4 KiB", cfg.Memory)
 	}
 	m := &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
+	m.pause.cond = sync.NewCond(&m.pause.mu)
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -309,6 +311,7 @@ func (m *Machine) stop(reason StopReason, err error) {
 		for _, v := range m.vcpus {
 			v.kick()
 		}
+		m.wakeParked()
 	}
 }
 

@@ -53,6 +53,9 @@ func (v *vcpu) run() (reason StopReason, err error) {
 			if m.stopping.Load() {
 				return StopRequested, nil
 			}
+			if m.wantsPark() && !v.park() {
+				return StopRequested, nil
+			}
 			continue
 		}
 		if errors.Is(err, unix.EAGAIN) {
@@ -86,6 +89,9 @@ func (v *vcpu) run() (reason StopReason, err error) {
 		case kvm.ExitIntr:
 			v.exits[exitKey{reason, 0}]++
 			if m.stopping.Load() {
+				return StopRequested, nil
+			}
+			if m.wantsPark() && !v.park() {
 				return StopRequested, nil
 			}
 		case kvm.ExitSystemEvent:

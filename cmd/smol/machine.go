@@ -28,6 +28,7 @@ Commands:
   start NAME                        boot it; it keeps running after smol exits
   stop NAME [--timeout 10s]         shut it down cleanly (stopped hard after the timeout)
   restart NAME [--timeout 10s]      stop, then start
+  pause NAME | resume NAME          park its vCPUs (no CPU used) / let them run again
   exec NAME [flags] -- CMD ARGS...  run a command in it (as smol run does)
   shell NAME                        an interactive login shell in it
   ls [--json]                       list machines
@@ -59,6 +60,10 @@ func machineCommand(args []string) (int, error) {
 		return 0, withMachine("start", rest, func(ctx context.Context, m *smol.NamedMachine) error { return m.Start(ctx) })
 	case "stop", "restart":
 		return 0, machineStop(sub, rest)
+	case "pause":
+		return 0, withMachine("pause", rest, func(ctx context.Context, m *smol.NamedMachine) error { return m.Pause(ctx) })
+	case "resume":
+		return 0, withMachine("resume", rest, func(ctx context.Context, m *smol.NamedMachine) error { return m.Resume(ctx) })
 	case "exec":
 		return machineExec(rest, false)
 	case "shell":
@@ -266,7 +271,7 @@ func machineList(args []string) error {
 	fmt.Fprintln(tw, "NAME\tSTATE\tIMAGE\tCPUS\tMEMORY\tHOST MEMORY\tUPTIME")
 	for _, s := range list {
 		host, up := "-", "-"
-		if s.State == machine.Running {
+		if s.State == machine.Running || s.State == machine.Paused {
 			host, up = humanSize(s.HostMemory), time.Duration(s.Uptime).String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.State, s.Image, s.CPUs, humanSize(s.Memory), host, up)
@@ -293,7 +298,7 @@ func machineStatus(args []string) error {
 		return printJSON(s)
 	}
 	fmt.Printf("name:    %s\nstate:   %s\nimage:   %s\ncpus:    %d\nmemory:  %s\n", s.Name, s.State, s.Image, s.CPUs, humanSize(s.Memory))
-	if s.State == machine.Running {
+	if s.State == machine.Running || s.State == machine.Paused {
 		fmt.Printf("pid:     %d\nuptime:  %s\nhost memory: %s\n", s.PID, time.Duration(s.Uptime), humanSize(s.HostMemory))
 	}
 	if s.Error != "" {

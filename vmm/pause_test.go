@@ -1,0 +1,119 @@
+package vmm
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/smolvm/smol/internal/testkernel"
+)
+
+// countingGuest boots vCPUs that each add 1 to a 64-bit counter in guest
+// RAM at counterAddr, forever.
+const counterAddr = 0x200000
+
+func countingGuest(t *testing.T, cpus int) *Machine {
+	t.Helper()
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		t.Skip("no /dev/kvm")
+	}
+	t.Setenv("SMOL_ALLOW_PVM", "1")
+	code := []byte{
+		0x48, 0xff, 0x04, 0x25, 0x00, 0x00, 0x20, 0x00, // inc qword [0x200000]
+		0xeb, 0xf6, // jmp back to the inc
+	}
+	kernel := filepath.Join(t.TempDir(), "vmlinux")
+	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Kernel: kernel, CPUs: cpus, Memory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(); m.Wait(); m.Close() })
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func counter(t *testing.T, m *Machine) uint64 {
+	b, err := m.Memory().Slice(counterAddr, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+// waitAdvance waits for the counter to move past from.
+func waitAdvance(t *testing.T, m *Machine, from uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c := counter(t, m); c > from {
+			return c
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the guest's counter stayed at %d", from)
+	return 0
+}
+
+func TestPauseParksEveryVCPU(t *testing.T) {
+	m := countingGuest(t, 2)
+	waitAdvance(t, m, 0)
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Paused() {
+		t.Error("Paused() is false after Pause")
+	}
+	c1 := counter(t, m)
+	time.Sleep(300 * time.Millisecond)
+	if c2 := counter(t, m); c2 != c1 {
+		t.Fatalf("paused, the counter went from %d to %d", c1, c2)
+	}
+	if err := m.Pause(); err != nil { // again: nothing
+		t.Fatal(err)
+	}
+	if err := m.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, m, c1)
+
+	// Many quick cycles: every pause holds, every resume runs again.
+	for i := 0; i < 50; i++ {
+		if err := m.Pause(); err != nil {
+			t.Fatalf("pause %d: %v", i, err)
+		}
+		c := counter(t, m)
+		time.Sleep(2 * time.Millisecond)
+		if counter(t, m) != c {
+			t.Fatalf("pause %d did not hold", i)
+		}
+		if err := m.Resume(); err != nil {
+			t.Fatalf("resume %d: %v", i, err)
+		}
+		waitAdvance(t, m, c)
+	}
+}
+
+func TestStopWhilePaused(t *testing.T) {
+	m := countingGuest(t, 2)
+	waitAdvance(t, m, 0)
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { m.Stop(); m.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop of a paused machine did not return")
+	}
+	if err := m.Pause(); err != ErrNotRunning {
+		t.Errorf("Pause after stop: %v", err)
+	}
+}
