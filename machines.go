@@ -14,6 +14,7 @@ import (
 
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/imagefs"
+	"github.com/smolvm/smol/internal/tarcopy"
 	"github.com/smolvm/smol/internal/termsafe"
 	"github.com/smolvm/smol/machine"
 )
@@ -362,18 +363,6 @@ func (m *NamedMachine) lifecycle(ctx context.Context, what string) error {
 // semantics of RunCommand: the exit status, separate streams, stdin, TTY,
 // signals. Many execs may run at once.
 func (m *NamedMachine) Exec(ctx context.Context, cmd Command) (int, error) {
-	name := m.spec.Name
-	st, err := m.store.Status(name)
-	if err != nil {
-		return 0, err
-	}
-	switch st.State {
-	case machine.Running:
-	case machine.Paused:
-		return 0, fmt.Errorf("machine %s is paused; resume it with: smol machine resume %s", name, name)
-	default:
-		return 0, fmt.Errorf("machine %s is %s; start it with: smol machine start %s", name, st.State, name)
-	}
 	cmd.Env = append(append([]string(nil), m.spec.Env...), cmd.Env...)
 	cmd.Dir = first(cmd.Dir, m.spec.Workdir)
 	cmd.User = first(cmd.User, m.spec.User)
@@ -382,26 +371,97 @@ func (m *NamedMachine) Exec(ctx context.Context, cmd Command) (int, error) {
 		return 0, err
 	}
 	start.PowerOff = false
-	conn, err := m.client().Exec(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("machine %s: %w", name, err)
-	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	exit, err := agent.Run(conn, start, agent.Streams{
+	exit, err := m.session(ctx, start, agent.Streams{
 		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, Signals: cmd.Signals, Resize: cmd.Resize,
 	})
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
 	if err != nil {
-		return 0, fmt.Errorf("machine %s: %w", name, err)
+		return 0, err
 	}
 	if exit.Error != "" {
 		return exit.Code, &CommandError{Code: exit.Code, Msg: exit.Error}
 	}
 	return exit.Code, nil
+}
+
+// session runs one agent session in the running machine.
+func (m *NamedMachine) session(ctx context.Context, start agent.Start, streams agent.Streams) (agent.Exit, error) {
+	name := m.spec.Name
+	st, err := m.store.Status(name)
+	if err != nil {
+		return agent.Exit{}, err
+	}
+	switch st.State {
+	case machine.Running:
+	case machine.Paused:
+		return agent.Exit{}, fmt.Errorf("machine %s is paused; resume it with: smol machine resume %s", name, name)
+	default:
+		return agent.Exit{}, fmt.Errorf("machine %s is %s; start it with: smol machine start %s", name, st.State, name)
+	}
+	conn, err := m.client().Exec(ctx)
+	if err != nil {
+		return agent.Exit{}, fmt.Errorf("machine %s: %w", name, err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	exit, err := agent.Run(conn, start, streams)
+	if ctx.Err() != nil {
+		return agent.Exit{}, ctx.Err()
+	}
+	if err != nil {
+		return agent.Exit{}, fmt.Errorf("machine %s: %w", name, err)
+	}
+	return exit, nil
+}
+
+// CopyOut copies the file or tree at guestPath in the running machine to
+// hostPath (into it when it is a directory), keeping modes and times. The
+// stream is the guest's, so nothing lands outside the destination and no
+// device node, setuid bit or foreign owner is created on the host.
+func (m *NamedMachine) CopyOut(ctx context.Context, guestPath, hostPath string) error {
+	dir, rename, err := tarcopy.Target(hostPath)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	unpacked := make(chan error, 1)
+	go func() {
+		err := tarcopy.Unpack(pr, dir, tarcopy.Options{Rename: rename, Hostile: true})
+		pr.CloseWithError(err) // a failed unpack stops the stream
+		unpacked <- err
+	}()
+	exit, err := m.session(ctx, agent.Start{Copy: &agent.Copy{Out: true, Path: guestPath}}, agent.Streams{Stdout: pw})
+	pw.Close()
+	uerr := <-unpacked
+	if err != nil {
+		return err
+	}
+	if exit.Error != "" {
+		return fmt.Errorf("%s:%s: %s", m.spec.Name, guestPath, termsafe.Line(exit.Error))
+	}
+	if uerr != nil {
+		return fmt.Errorf("copying to %s: %w", hostPath, uerr)
+	}
+	return nil
+}
+
+// CopyIn copies the file or tree at hostPath into the running machine at
+// guestPath (into it when it is a directory), keeping modes and times.
+func (m *NamedMachine) CopyIn(ctx context.Context, hostPath, guestPath string) error {
+	if _, err := os.Lstat(hostPath); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarcopy.Pack(pw, hostPath, filepath.Base(filepath.Clean(hostPath)))) }()
+	exit, err := m.session(ctx, agent.Start{Copy: &agent.Copy{Path: guestPath}}, agent.Streams{Stdin: pr})
+	pr.Close()
+	if err != nil {
+		return err
+	}
+	if exit.Error != "" {
+		return fmt.Errorf("%s:%s: %s", m.spec.Name, guestPath, termsafe.Line(exit.Error))
+	}
+	return nil
 }
 
 // image is the machine's image as startRequest wants it.

@@ -30,6 +30,17 @@ type Start struct {
 	// persistent machine's boot uses it to learn that the guest is up,
 	// and Idle with PowerOff is a clean shutdown (filesystems synced).
 	Idle bool `json:"idle,omitempty"`
+	// Copy, instead of a command, moves a file tree (smol machine cp).
+	Copy *Copy `json:"copy,omitempty"`
+}
+
+// Copy moves a file tree as a tar stream (package tarcopy). Out sends the
+// tree at Path in the Stdout frames; otherwise the tree arriving in the
+// Stdin frames is unpacked at Path (into it when it is a directory, else
+// as it), with its modes, times and owners.
+type Copy struct {
+	Out  bool   `json:"out,omitempty"`
+	Path string `json:"path"`
 }
 
 // MaxArgs bounds the arguments and environment entries of a Start.
@@ -37,9 +48,12 @@ const MaxArgs = 1 << 14
 
 // Validate checks a Start that came from the other side.
 func (s *Start) Validate() error {
-	if s.Idle {
+	if s.Idle || s.Copy != nil {
 		if len(s.Args) != 0 {
-			return errors.New("an idle start has no command")
+			return errors.New("an idle or copy start has no command")
+		}
+		if s.Copy != nil && (s.Copy.Path == "" || s.Copy.Path[0] != '/') {
+			return errors.New("a copy needs an absolute path")
 		}
 		return nil
 	}

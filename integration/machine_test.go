@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -113,6 +115,43 @@ func TestMachineLifecycle(t *testing.T) {
 		}
 		if len(list) != 1 || list[0].Name != "m1" || list[0].State != "running" || list[0].PID == 0 || list[0].HostMemory == 0 {
 			t.Errorf("ls --json: %+v", list)
+		}
+	})
+
+	t.Run("cp both ways", func(t *testing.T) {
+		src := filepath.Join(t.TempDir(), "tree")
+		os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+		big := make([]byte, 20<<20)
+		rand.New(rand.NewSource(1)).Read(big)
+		os.WriteFile(filepath.Join(src, "big"), big, 0o640)
+		os.WriteFile(filepath.Join(src, "sub", "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+		os.Symlink("../big", filepath.Join(src, "sub", "link"))
+		mt := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
+		os.Chtimes(filepath.Join(src, "big"), mt, mt)
+		mustMachine(t, home, "cp", src, "m1:/root/")
+		if out := mustMachine(t, home, "exec", "m1", "--", "/root/tree/sub/run.sh"); out != "ran\n" {
+			t.Errorf("copied script ran: %q", out)
+		}
+		back := filepath.Join(t.TempDir(), "back")
+		mustMachine(t, home, "cp", "m1:/root/tree", back)
+		got, err := os.ReadFile(filepath.Join(back, "big"))
+		if err != nil || sha256.Sum256(got) != sha256.Sum256(big) {
+			t.Errorf("20 MiB file round trip: %d bytes, %v", len(got), err)
+		}
+		for p, want := range map[string]os.FileMode{"big": 0o640, "sub/run.sh": 0o755, "sub": 0o755 | os.ModeDir} {
+			if fi, err := os.Lstat(filepath.Join(back, p)); err != nil || fi.Mode() != want {
+				t.Errorf("%s: %v %v, want %v", p, fi.Mode(), err, want)
+			}
+		}
+		if fi, _ := os.Stat(filepath.Join(back, "big")); !fi.ModTime().Equal(mt) {
+			t.Errorf("mtime %v, want %v", fi.ModTime(), mt)
+		}
+		if l, _ := os.Readlink(filepath.Join(back, "sub", "link")); l != "../big" {
+			t.Errorf("symlink -> %q", l)
+		}
+		code, _, stderr := machineCLI(t, home, "cp", "m1:/no/such", t.TempDir())
+		if code == 0 || !strings.Contains(stderr, "no such file") {
+			t.Errorf("cp of a missing guest path: exit %d, %q", code, stderr)
 		}
 	})
 

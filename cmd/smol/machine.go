@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -31,6 +32,7 @@ Commands:
   pause NAME | resume NAME          park its vCPUs (no CPU used) / let them run again
   exec NAME [flags] -- CMD ARGS...  run a command in it (as smol run does)
   shell NAME                        an interactive login shell in it
+  cp SRC DST                        copy files or trees in or out; NAME:/path on one side
   ls [--json]                       list machines
   status NAME [--json]              one machine's state
   logs NAME [-f]                    its console and agent log
@@ -68,6 +70,8 @@ func machineCommand(args []string) (int, error) {
 		return machineExec(rest, false)
 	case "shell":
 		return machineExec(rest, true)
+	case "cp":
+		return 0, machineCopy(rest)
 	case "ls":
 		return 0, machineList(rest)
 	case "status":
@@ -249,6 +253,44 @@ func machineExec(args []string, shell bool) (int, error) {
 	}
 	defer attach(&cmd, interactive, tty)()
 	return commandResult(m.Exec(context.Background(), cmd))
+}
+
+func machineCopy(args []string) error {
+	fs := newFlags("cp", "SRC DST (NAME:/path on one side)")
+	paths, err := parse(fs, args, 2)
+	if err != nil {
+		return err
+	}
+	srcName, srcPath, srcIn := splitMachinePath(paths[0])
+	dstName, dstPath, dstIn := splitMachinePath(paths[1])
+	if srcIn == dstIn {
+		return usageError{"smol machine cp: one side must be NAME:/path and the other a host path"}
+	}
+	name, guestPath := srcName, srcPath
+	if dstIn {
+		name, guestPath = dstName, dstPath
+	}
+	if !strings.HasPrefix(guestPath, "/") {
+		return usageError{fmt.Sprintf("smol machine cp: %s:%s: the guest path must be absolute", name, guestPath)}
+	}
+	m, err := smol.OpenMachine(name)
+	if err != nil {
+		return err
+	}
+	if srcIn {
+		return m.CopyOut(context.Background(), srcPath, paths[1])
+	}
+	return m.CopyIn(context.Background(), paths[0], dstPath)
+}
+
+// splitMachinePath reads NAME:/path; a host path (even one with a colon)
+// is anything whose part before the colon is not a machine name.
+func splitMachinePath(s string) (name, p string, ok bool) {
+	name, p, found := strings.Cut(s, ":")
+	if !found || machine.ValidateName(name) != nil || strings.Contains(name, "/") {
+		return "", s, false
+	}
+	return name, p, true
 }
 
 func machineList(args []string) error {

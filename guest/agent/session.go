@@ -50,6 +50,8 @@ func (s *session) serve() agent.Start {
 	}
 	if start.Idle {
 		s.exit(agent.Exit{})
+	} else if start.Copy != nil {
+		s.exit(s.copy(start.Copy, r))
 	} else {
 		s.exit(s.run(start, r))
 	}
