@@ -4,7 +4,7 @@
 //	smol run [flags] [-- COMMAND ARGS...]
 //	smol pull REF
 //	smol images [rm REF]
-//	smol machine create|start|stop|exec|shell|ls|status|logs|rm ...
+//	smol machine create|start|stop|pause|resume|exec|shell|cp|ls|status|logs|rm ...
 package main
 
 import (
