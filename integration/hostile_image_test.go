@@ -1,0 +1,532 @@
+package integration
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol/box"
+	"github.com/smolvm/smol/internal/imagetest"
+	"golang.org/x/sys/unix"
+)
+
+// These tests show, in a booted guest, what the image pipeline promises
+// about privileged content: a layer's setuid files, device nodes, file
+// capabilities and xattrs reach the guest's root filesystem as the layer
+// states them (they never exist on the host: imagefs writes them straight
+// into the ext4 image), and a real distribution's root, built by
+// debootstrap, pulls and runs.
+
+// netBindServiceCap is a security.capability value (struct vfs_cap_data,
+// revision 2, little-endian) granting cap_net_bind_service, permitted and
+// effective: what `setcap cap_net_bind_service=ep` writes.
+const netBindServiceCap = "\x01\x00\x00\x02" + // magic_etc: VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE
+	"\x00\x04\x00\x00" + "\x00\x00\x00\x00" + // permitted, inheritable: bits 0-31 (CAP_NET_BIND_SERVICE is 10)
+	"\x00\x00\x00\x00" + "\x00\x00\x00\x00" // permitted, inheritable: bits 32-63
+
+func TestImageKeepsPrivilegedEntries(t *testing.T) {
+	reg := newTestRegistry(t)
+	home := t.TempDir()
+
+	rootshell := imagetest.File("bin/rootshell", "#!/bin/sh\nid\n")
+	rootshell.Mode = 0o4755
+	groupy := imagetest.File("bin/groupy", "#!/bin/sh\nid\n")
+	groupy.Mode, groupy.UID, groupy.GID = 0o2711, 1000, 42
+	capped := imagetest.File("bin/capped", "#!/bin/sh\nid\n")
+	capped.Mode = 0o755
+	capped.Xattrs = map[string]string{"security.capability": netBindServiceCap, "user.origin": "smol-test"}
+	// The guest mounts its own devtmpfs on /dev, which would hide the
+	// image's /dev: the device nodes live in /lab.
+	lab := imagetest.Dir("lab/")
+	lab.Xattrs = map[string]string{"user.dir": "lab-dir"}
+	sda := imagetest.Entry{Name: "lab/sda", Type: tar.TypeBlock, Mode: 0o660, GID: 6, Major: 8, Minor: 0}
+	// Major above 255 and minor above 255 need ext4's long device encoding.
+	blkext := imagetest.Entry{Name: "lab/blkext", Type: tar.TypeBlock, Mode: 0o660, GID: 6, Major: 259, Minor: 70000}
+	tty := imagetest.Entry{Name: "lab/tty9", Type: tar.TypeChar, Mode: 0o620, GID: 5, Major: 4, Minor: 9}
+	fifo := imagetest.Entry{Name: "lab/fifo", Type: tar.TypeFifo, Mode: 0o600, UID: 1000, GID: 1000}
+	sticky := imagetest.Dir("lab/sticky/")
+	sticky.Mode, sticky.UID, sticky.GID = 0o1777, 1000, 1000
+	privileged := layer(t, imagetest.Dir("bin/"), imagetest.Symlink("bin/stat", "busybox"), rootshell, groupy, capped, lab, sda, blkext, tty, fifo, sticky)
+
+	// busybox has neither getcap nor getfattr: the host's, with their
+	// libraries, go into a layer of their own.
+	tools := layer(t, hostPrograms(t, "getcap", "getfattr")...)
+	ref := reg.push(t, "test/privileged", image(t, v1.Config{}, busyboxLayer(t), tools, privileged))
+
+	script := "stat -c '%a %u:%g %F %t:%T %n' /bin/rootshell /bin/groupy /lab/sda /lab/blkext /lab/tty9 /lab/fifo /lab/sticky; " +
+		"getcap /bin/capped; " +
+		"getfattr --only-values -n user.origin /bin/capped; echo; " +
+		"getfattr --only-values -n user.dir /lab; echo"
+	code, stdout, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--", "sh", "-c", script)
+	t.Logf("guest output:\n%s", stdout)
+	want := "4755 0:0 regular file 0:0 /bin/rootshell\n" +
+		"2711 1000:42 regular file 0:0 /bin/groupy\n" +
+		"660 0:6 block special file 8:0 /lab/sda\n" +
+		"660 0:6 block special file 103:11170 /lab/blkext\n" + // stat prints device numbers in hex
+		"620 0:5 character special file 4:9 /lab/tty9\n" +
+		"600 1000:1000 fifo 0:0 /lab/fifo\n" +
+		"1777 1000:1000 directory 0:0 /lab/sticky\n" +
+		"/bin/capped cap_net_bind_service=ep\n" +
+		"smol-test\n" +
+		"lab-dir\n"
+	if code != 0 || stdout != want {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, stderr, stdout, want)
+	}
+}
+
+// hostPrograms returns layer entries holding the named host programs in
+// /bin, with the shared libraries and loader they need (as ldd lists them)
+// at their host paths, so a busybox image can run them.
+func hostPrograms(t *testing.T, names ...string) []imagetest.Entry {
+	t.Helper()
+	files := map[string]string{} // image path -> host path
+	for _, n := range names {
+		p, err := exec.LookPath(n)
+		if err != nil {
+			t.Fatalf("%s is not installed on this host (scripts/install-deps.sh installs it: packages libcap2-bin and attr): %v", n, err)
+		}
+		files["bin/"+n] = p
+		out, err := exec.Command("ldd", p).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", p, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+			// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				files[strings.TrimPrefix(f[2], "/")] = f[2]
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				files[strings.TrimPrefix(f[0], "/")] = f[0]
+			}
+		}
+	}
+	dirs := map[string]bool{}
+	for p := range files {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	var entries []imagetest.Entry
+	for _, d := range sortedKeys(dirs) {
+		entries = append(entries, imagetest.Dir(d+"/"))
+	}
+	for _, p := range sortedKeys(files) {
+		data, err := os.ReadFile(files[p])
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := imagetest.File(p, string(data))
+		e.Mode = 0o755
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// The Debian image: a minbase root of this suite with these packages,
+// built by debootstrap from Debian's archive, packed as a docker-save
+// tarball and cached per machine.
+const (
+	debianSuite  = "bookworm"
+	debianMirror = "http://deb.debian.org/debian"
+	// debianRecipe names the way the root is built, trimmed and packed:
+	// change it with those steps so cached tarballs are rebuilt.
+	debianRecipe = "minbase-slim-docker-uncompressed-1"
+	debianTest   = "TestPullDebianImageRunsPython3"
+	// The host tells the box where the tarball is, or why there is none,
+	// through the environment the box's command inherits.
+	debianPathEnv  = "SMOL_TEST_DEBIAN_IMAGE"
+	debianErrorEnv = "SMOL_TEST_DEBIAN_IMAGE_ERROR"
+)
+
+var debianPackages = []string{"python3"}
+
+// init builds the Debian image on the host, before box.Main moves the
+// tests into the box: the box has no network, and debootstrap under its
+// software CPU would take many minutes. It runs only for a test binary that
+// will run debianTest, and costs a file check once the image is cached. Its
+// time counts against go test's -timeout: a first build (one to several
+// minutes, more on a loaded machine) fits make test's, not always the
+// default 10m.
+func init() {
+	if box.InBox() || !testSelected(debianTest) {
+		return
+	}
+	os.Unsetenv(debianPathEnv)
+	os.Unsetenv(debianErrorEnv)
+	p, err := debianImageOnce()
+	if err != nil {
+		os.Setenv(debianErrorEnv, err.Error())
+		return
+	}
+	os.Setenv(debianPathEnv, p)
+}
+
+var (
+	debianOnce sync.Once
+	debianPath string
+	debianErr  error
+)
+
+func debianImageOnce() (string, error) {
+	debianOnce.Do(func() { debianPath, debianErr = debianImage() })
+	return debianPath, debianErr
+}
+
+// debianTarball returns the cached Debian image for the test: the one the
+// host built before the box (inside it), or built now (on a host that boots
+// guests itself).
+func debianTarball(t *testing.T) string {
+	t.Helper()
+	if !box.InBox() {
+		p, err := debianImageOnce()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if msg := os.Getenv(debianErrorEnv); msg != "" {
+		t.Fatalf("building the Debian test image on the host failed: %s", msg)
+	}
+	p := os.Getenv(debianPathEnv)
+	if p == "" {
+		t.Fatalf("the host built no Debian test image before the box (%s is unset)", debianPathEnv)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the Debian test image the host built is not visible in the box: %v", err)
+	}
+	return p
+}
+
+func TestPullDebianImageRunsPython3(t *testing.T) {
+	tarPath := debianTarball(t)
+	fi, err := os.Stat(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+
+	start := time.Now()
+	code, _, stderr := smolRun(t, home, nil, "pull", tarPath)
+	if code != 0 {
+		t.Fatalf("smol pull %s: exit %d: %s", tarPath, code, stderr)
+	}
+	t.Logf("smol pull of %s (%d MiB) took %v", filepath.Base(tarPath), fi.Size()>>20, time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	code, stdout, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", tarPath, "--", "python3", "-c", "print(1)")
+	t.Logf("python3 -c 'print(1)' printed %q (exit %d) in %v", stdout, code, time.Since(start).Round(time.Millisecond))
+	if code != 0 || stdout != "1\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want python3 to print 1", code, stdout, stderr)
+	}
+
+	// The distribution's own setuid and setgid programs, owners named
+	// through its /etc/passwd and /etc/group.
+	t.Run("setuid-programs", func(t *testing.T) {
+		code, stdout, stderr := smolRun(t, home, nil, "run", "--cpus", "1", "--mem", "256M", "--image", tarPath, "--",
+			"stat", "-c", "%a %U:%G %F %n", "/usr/bin/su", "/usr/bin/chage")
+		t.Logf("guest output:\n%s", stdout)
+		want := "4755 root:root regular file /usr/bin/su\n2755 root:shadow regular file /usr/bin/chage\n"
+		if code != 0 || stdout != want {
+			t.Fatalf("exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, stderr, stdout, want)
+		}
+	})
+}
+
+// testSelected reports whether this run of the test binary may run the
+// top-level test name, from its -test.run, -test.skip and -test.list flags
+// read straight from os.Args (init runs before flags are parsed). When in
+// doubt it says yes.
+func testSelected(name string) bool {
+	var run, skip string
+	args := os.Args[1:]
+	for i := 0; i < len(args); i++ {
+		k, v, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch k {
+		case "test.run", "test.skip":
+			if !hasValue && i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			if k == "test.run" {
+				run = v
+			} else {
+				skip = v
+			}
+		case "test.list":
+			return false
+		}
+	}
+	// Only a pattern's first element (before a '/') names top-level tests.
+	if skip != "" && !strings.Contains(skip, "/") {
+		if re, err := regexp.Compile(skip); err == nil && re.MatchString(name) {
+			return false
+		}
+	}
+	if run == "" {
+		return true
+	}
+	first, _, _ := strings.Cut(run, "/")
+	re, err := regexp.Compile(first)
+	return err != nil || re.MatchString(name)
+}
+
+// smolCache is the per-machine build cache guest/kernel/build.sh uses.
+func smolCache() (string, error) {
+	if d := os.Getenv("SMOL_CACHE"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "smol"), nil
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(h, ".cache", "smol"), nil
+}
+
+// debianImage returns the path of the Debian image tarball, building it
+// first when this machine has none cached: under the cache's debian/, named
+// by a hash of the suite, the packages and the recipe.
+func debianImage() (string, error) {
+	cache, err := smolCache()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(strings.Join([]string{debianSuite, "amd64", debianRecipe, strings.Join(debianPackages, ",")}, "\n")))
+	dir := filepath.Join(cache, "debian")
+	out := filepath.Join(dir, debianSuite+"-"+hex.EncodeToString(sum[:8])+".tar")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "integration: building the Debian %s test image (debootstrap: a minute or more, once per machine; cached as %s)\n", debianSuite, out)
+	if err := buildDebianImage(dir, out); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "integration: Debian test image built in %v\n", time.Since(start).Round(time.Second))
+	return out, nil
+}
+
+// buildDebianImage runs debootstrap into a private directory under dir,
+// trims the root the way Debian's slim container images are trimmed, and
+// writes it to out as a one-layer docker-save tarball. The root (setuid
+// programs, device nodes and all) exists on the host only while it is
+// packed.
+func buildDebianImage(dir, out string) (err error) {
+	bootstrap, err := exec.LookPath("debootstrap")
+	if err != nil {
+		return fmt.Errorf("debootstrap is not installed (scripts/install-deps.sh installs it): %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("debootstrap needs root (it creates device nodes and runs the packages' scripts in a chroot); run the integration tests as root")
+	}
+	work, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(work, "root")
+	defer func() {
+		// debootstrap mounts /proc and /sys in the root while it runs; a
+		// removal must never descend into a mount.
+		if uerr := unmountUnder(root); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("%v; leaving %s in place", uerr, work))
+			return
+		}
+		os.RemoveAll(work)
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	logPath := filepath.Join(work, "debootstrap.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bootstrap, "--variant=minbase", "--arch=amd64",
+		"--include="+strings.Join(debianPackages, ","), debianSuite, root, debianMirror)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	runErr := cmd.Run()
+	logFile.Close()
+	if runErr != nil {
+		return fmt.Errorf("debootstrap %s from %s failed (%v); is the archive reachable from this machine? last lines of its log:\n%s",
+			debianSuite, debianMirror, runErr, tail(logPath, 15))
+	}
+
+	for _, pattern := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*",
+		"usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*"} {
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := unmountUnder(root); err != nil {
+		return err
+	}
+
+	// GNU tar keeps owners by number, hard links, device nodes and xattrs.
+	layerPath := filepath.Join(work, "layer.tar")
+	if msg, err := exec.CommandContext(ctx, "tar", "--create", "--file", layerPath, "--directory", root,
+		"--format=posix", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--sort=name", ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("pack the Debian root: %v: %s", err, msg)
+	}
+	tmp := filepath.Join(work, "image.tar")
+	if err := writeDockerSave(tmp, layerPath, "smol.test/debian:"+debianSuite, v1.Config{
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Cmd: []string{"bash"},
+	}); err != nil {
+		return fmt.Errorf("write the Debian image: %w", err)
+	}
+	return os.Rename(tmp, out)
+}
+
+// writeDockerSave writes out as a `docker save` archive of one linux/amd64
+// image whose one layer is the tar file at layerPath, stored uncompressed,
+// as docker itself stores layers in such archives. (An uncompressed layer
+// also spares the box's software CPU a gunzip of the whole root.)
+func writeDockerSave(out, layerPath, tag string, cfg v1.Config) error {
+	layerFile, err := os.Open(layerPath)
+	if err != nil {
+		return err
+	}
+	defer layerFile.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, layerFile)
+	if err != nil {
+		return err
+	}
+	diffID := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	configJSON, err := json.Marshal(v1.ConfigFile{
+		Architecture: "amd64", OS: "linux", Config: cfg,
+		RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diffID}},
+	})
+	if err != nil {
+		return err
+	}
+	configSum := sha256.Sum256(configJSON)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	layerName := diffID.Hex + "/layer.tar"
+	manifestJSON, err := json.Marshal(tarball.Manifest{{Config: configName, RepoTags: []string{tag}, Layers: []string{layerName}}})
+	if err != nil {
+		return err
+	}
+
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	member := func(name string, size int64, body io.Reader) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
+			return err
+		}
+		_, err := io.Copy(tw, body)
+		return err
+	}
+	if _, err := layerFile.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := member(configName, int64(len(configJSON)), bytes.NewReader(configJSON)); err != nil {
+		return err
+	}
+	if err := member(layerName, size, layerFile); err != nil {
+		return err
+	}
+	if err := member("manifest.json", int64(len(manifestJSON)), bytes.NewReader(manifestJSON)); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first, and
+// fails if any is left.
+func unmountUnder(dir string) error {
+	mounts := func() ([]string, error) {
+		f, err := os.Open("/proc/self/mounts")
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		var under []string
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			fields := strings.Fields(s.Text())
+			if len(fields) < 2 {
+				continue
+			}
+			// Spaces and the like are octal-escaped; dir has none.
+			if mp := fields[1]; mp == dir || strings.HasPrefix(mp, dir+"/") {
+				under = append(under, mp)
+			}
+		}
+		return under, s.Err()
+	}
+	under, err := mounts()
+	if err != nil {
+		return err
+	}
+	sort.Slice(under, func(i, j int) bool { return len(under[i]) > len(under[j]) })
+	for _, mp := range under {
+		unix.Unmount(mp, unix.MNT_DETACH)
+	}
+	if left, err := mounts(); err != nil || len(left) > 0 {
+		return fmt.Errorf("mounts left under %s: %v (%v)", dir, left, err)
+	}
+	return nil
+}
+
+// tail returns the last n lines of the file at p.
+func tail(p string, n int) string {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
