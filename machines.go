@@ -276,7 +276,9 @@ func (m *NamedMachine) Start(ctx context.Context) error {
 			<-exited
 			return fmt.Errorf("machine %s did not start within %v", name, agentBootTimeout+30*time.Second)
 		case <-tick.C:
-			if st, err := m.store.Status(name); err == nil && st.State == machine.Running {
+			// Only this VMM's word counts: until it writes its first
+			// state, state.json may still hold a dead VMM's "running".
+			if st, err := m.store.Status(name); err == nil && st.State == machine.Running && st.PID == cmd.Process.Pid {
 				// The VMM is on its own now; Wait's goroutine stays
 				// blocked until it exits or we do.
 				return nil
