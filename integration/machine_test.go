@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -308,12 +311,17 @@ func TestMachineGoAPI(t *testing.T) {
 		t.Errorf("Exec: %d %v %q", code, err, out.String())
 	}
 	// Pause and resume 100 times while a command streams: nothing lost.
-	var lines strings.Builder
+	lines := &firstWrite{started: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo $i; i=$((i+1)); done"}, Stdout: &lines})
+		_, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo $i; i=$((i+1)); done"}, Stdout: lines})
 		done <- err
 	}()
+	select { // exec is refused while paused: let it start first
+	case <-lines.started:
+	case err := <-done:
+		t.Fatalf("the streaming exec ended at once: %v", err)
+	}
 	for i := 0; i < 100; i++ {
 		if err := m.Pause(ctx); err != nil {
 			t.Fatalf("pause %d: %v", i, err)
@@ -352,4 +360,119 @@ func TestMachineGoAPI(t *testing.T) {
 	if _, err := smol.OpenMachine("api"); err == nil {
 		t.Error("the machine is still there after Remove")
 	}
+}
+
+// Exec has run's semantics: stdin, a terminal, a 50 MiB stream beside
+// another command, and signals sent to the CLI reaching the command.
+func TestMachineExecStreams(t *testing.T) {
+	home := t.TempDir()
+	createMachine(t, home, "ex", machineImage(t))
+	startMachine(t, home, "ex")
+
+	code, out, _, _ := smolRunOnce(t, home, []byte("from stdin\n"), true, "machine", "exec", "ex", "-i", "--", "cat")
+	if code != 0 || out != "from stdin\n" {
+		t.Errorf("-i: exit %d, %q", code, out)
+	}
+	code, out, _, _ = smolRunOnce(t, home, nil, false, "machine", "exec", "ex", "-t", "--", "tty")
+	if code != 0 || !strings.HasPrefix(out, "/dev/pts/") {
+		t.Errorf("-t: exit %d, %q", code, out)
+	}
+
+	// 50 MiB to stdout while another exec runs: a 1 MiB file, 50 times.
+	mustMachine(t, home, "exec", "ex", "--", "sh", "-c", "i=0; while [ $i -lt 1024 ]; do echo 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde; i=$((i+1)); done > /root/kib64; i=0; while [ $i -lt 16 ]; do cat /root/kib64; i=$((i+1)); done > /root/mib")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if out := mustMachine(t, home, "exec", "ex", "--", "sh", "-c", "sleep 1; echo beside"); out != "beside\n" {
+			t.Errorf("the exec beside the stream: %q", out)
+		}
+	}()
+	code, out, stderr := machineCLI(t, home, "exec", "ex", "--", "sh", "-c", "i=0; while [ $i -lt 50 ]; do cat /root/mib; i=$((i+1)); done")
+	wg.Wait()
+	line := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"
+	want := sha256.Sum256([]byte(strings.Repeat(line, 1024*16*50)))
+	if code != 0 || len(out) != 50<<20 || sha256.Sum256([]byte(out)) != want {
+		t.Errorf("50 MiB stream: exit %d, %d bytes, stderr %q", code, len(out), stderr)
+	}
+
+	// SIGTERM to the CLI reaches the command, which reports it.
+	cmd := exec.Command(artifact(t, "bin/smol", "build"), "machine", "exec", "ex", "--", "sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done")
+	cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(stdout)
+	if l, _ := br.ReadString('\n'); l != "ready\n" {
+		t.Fatalf("first line %q", l)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(br)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 || string(rest) != "got-term\n" {
+		t.Errorf("SIGTERM: %v, output %q", err, rest)
+	}
+}
+
+// Five machines at once are separate: a file one writes is not in the
+// others, and ls --json lists them all running.
+func TestFiveMachines(t *testing.T) {
+	home := t.TempDir()
+	ref := machineImage(t)
+	names := []string{"a1", "a2", "a3", "a4", "a5"}
+	for _, n := range names {
+		createMachine(t, home, n, ref)
+	}
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Add(1)
+		go func() { defer wg.Done(); startMachine(t, home, n) }()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	mustMachine(t, home, "exec", "a3", "--", "sh", "-c", "echo mine > /root/only-a3")
+	for _, n := range names {
+		code, out, _ := machineCLI(t, home, "exec", n, "--", "cat", "/root/only-a3")
+		if (n == "a3") != (code == 0) || n == "a3" && out != "mine\n" {
+			t.Errorf("%s: cat /root/only-a3: exit %d, %q", n, code, out)
+		}
+	}
+	var list []smol.MachineStatus
+	if err := json.Unmarshal([]byte(mustMachine(t, home, "ls", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int]bool{}
+	for i, s := range list {
+		if s.Name != names[i] || s.State != "running" || s.PID == 0 || pids[s.PID] {
+			t.Errorf("ls --json row %d: %+v", i, s)
+		}
+		pids[s.PID] = true
+	}
+	if len(list) != 5 {
+		t.Errorf("ls --json lists %d machines", len(list))
+	}
+}
+
+// firstWrite collects output and says when the first byte came.
+type firstWrite struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	started chan struct{}
+	once    sync.Once
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.once.Do(func() { close(w.started) })
+	return w.b.Write(p)
+}
+
+func (w *firstWrite) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
