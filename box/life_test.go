@@ -235,3 +235,14 @@ func TestQMPSkipsEventsAndTimesOut(t *testing.T) {
 		t.Errorf("after a timeout the session must stay failed, got %v", err)
 	}
 }
+
+func TestHungAndCrashedBoxesAreRerunButTimeoutsAreNot(t *testing.T) {
+	hung := &reportError{ErrBoxHung, "no sign of life for 120 s"}
+	timedOut := &reportError{ErrTimeout, "did not finish"}
+	if !boxFailed(hung) || !boxFailed(ErrBoxCrashed) || boxFailed(timedOut) || boxFailed(nil) {
+		t.Error("Main must rerun hung and crashed boxes, and only those")
+	}
+	if errors.Is(hung, ErrTimeout) || !errors.Is(timedOut, ErrTimeout) {
+		t.Error("a report matches its own sentinel only")
+	}
+}
