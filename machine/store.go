@@ -77,7 +77,14 @@ func (s *Store) Create(spec *Spec) error {
 	if err := writeFileSync(filepath.Join(tmp, configFile), b); err != nil {
 		return noSpace(err)
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir(spec.Name), unix.RENAME_NOREPLACE); err != nil {
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir(spec.Name), unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// A filesystem without RENAME_NOREPLACE (9p, some NFS): a plain
+		// rename still cannot replace a winner's directory, which is
+		// never empty.
+		err = os.Rename(tmp, s.Dir(spec.Name))
+	}
+	if err != nil {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
 			return fmt.Errorf("machine %s: %w", spec.Name, ErrExists)
 		}

@@ -41,7 +41,14 @@ import (
 func main() {
 	n := flag.Int("n", 5, "runs of each kind")
 	smolBin := flag.String("smol", "bin/smol", "smol binary")
+	writeImage := flag.String("write-image", "", "only write the benchmark's busybox image (a docker-save tarball) to this path")
 	flag.Parse()
+	if *writeImage != "" {
+		if err := busyboxImage(*writeImage); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	bin, err := filepath.Abs(*smolBin)
 	if err != nil {
 		fatal(err)
@@ -126,7 +133,11 @@ func (b *bench) run(c *exec.Cmd, what []string) float64 {
 	c.Stderr = &errb
 	start := time.Now()
 	if err := c.Run(); err != nil {
-		fatal(fmt.Errorf("smol %s: %v: %s", strings.Join(what, " "), err, errb.String()))
+		logs, _ := b.cmd("machine", "logs", "bench").Output()
+		if lines := strings.Split(string(logs), "\n"); len(lines) > 30 {
+			logs = []byte(strings.Join(lines[len(lines)-30:], "\n"))
+		}
+		fatal(fmt.Errorf("smol %s: %v: %s\nthe machine's console ends:\n%s", strings.Join(what, " "), err, errb.String(), logs))
 	}
 	return float64(time.Since(start).Microseconds()) / 1000
 }
