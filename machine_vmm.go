@@ -72,7 +72,10 @@ func ServeMachine(name string) (err error) {
 	defer console.Close()
 	fmt.Fprintf(console, "smol: starting machine %s at %s\n", name, started.UTC().Format(time.RFC3339))
 
-	vsockPath := st.Path(name, machine.VsockSock)
+	if _, err := st.SocketDir(name); err != nil {
+		return err
+	}
+	vsockPath := st.SocketPath(name, machine.VsockSock)
 	bootPath := fmt.Sprintf("%s_%d", vsockPath, agent.BootPort)
 	os.Remove(vsockPath)
 	os.Remove(bootPath)
@@ -113,7 +116,7 @@ func ServeMachine(name string) (err error) {
 		return fmt.Errorf("guest agent: %w", err)
 	}
 
-	sock := st.Path(name, machine.ControlSock)
+	sock := st.SocketPath(name, machine.ControlSock)
 	os.Remove(sock) // a dead VMM's: we hold the machine's lock
 	ctl, err := net.Listen("unix", sock)
 	if err != nil {

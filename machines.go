@@ -176,13 +176,15 @@ type MachineStatus struct {
 	Error      string `json:"error,omitempty"`
 	// LastConsole is the end of the console of a failed machine.
 	LastConsole string `json:"lastConsole,omitempty"`
+	// Socket is the machine's control API socket (docs/api.md).
+	Socket string `json:"socket"`
 }
 
 // Duration prints as "1h2m3s" in JSON.
 type Duration = machine.Duration
 
 func (m *NamedMachine) client() *machine.Client {
-	return machine.NewClient(m.store.Path(m.spec.Name, machine.ControlSock))
+	return machine.NewClient(m.store.SocketPath(m.spec.Name, machine.ControlSock))
 }
 
 // Status reads the machine's state, asking its VMM when it runs.
@@ -192,7 +194,7 @@ func (m *NamedMachine) Status(ctx context.Context) (MachineStatus, error) {
 		return MachineStatus{}, err
 	}
 	s := MachineStatus{Name: m.spec.Name, State: fs.State, CPUs: m.spec.CPUs, Memory: m.spec.Memory,
-		PID: fs.PID, Started: fs.Started, Error: fs.Error}
+		PID: fs.PID, Started: fs.Started, Error: fs.Error, Socket: m.store.SocketPath(m.spec.Name, machine.ControlSock)}
 	if m.spec.Image != nil {
 		s.Image = m.spec.Image.Ref
 	}

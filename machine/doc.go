@@ -18,11 +18,15 @@
 //	NAME/state.json     what the VMM last said: running, stopped, failed (atomically replaced)
 //	NAME/vmm.lock       flock held by the VMM for its whole life: the one truth of "alive"
 //	NAME/start.lock     flock held while a start is in progress: one start wins
-//	NAME/control.sock   the control API (HTTP/JSON over a Unix socket)
-//	NAME/vsock.sock     the guest's vsock device (the VMM's own use)
 //	NAME/storage.ext4   the writable layer that persists (sparse, ext4)
 //	NAME/console.log    the guest console and agent log, bounded (plus console.log.1)
 //	NAME/vmm.log        the VMM process's own errors
+//
+// The sockets live apart, in the user's runtime directory
+// ($XDG_RUNTIME_DIR, else /tmp/smol-UID), under smol/<hash of the store's
+// path>/NAME/: control.sock (the control API, HTTP/JSON) and vsock.sock
+// (the guest's vsock device, the VMM's own use). SMOL_HOME may be on a
+// filesystem that holds no sockets, or too deep for a socket's path.
 //
 // Because liveness is a lock the kernel drops when the process dies, a
 // VMM killed with SIGKILL leaves no pid file or socket that could block

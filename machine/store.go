@@ -1,6 +1,8 @@
 package machine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +24,8 @@ var ErrExists = errors.New("a machine of that name exists")
 
 // Store is the machines directory of one SMOL_HOME.
 type Store struct {
-	root string // <home>/machines
+	root    string // <home>/machines
+	sockets string // where the machines' Unix sockets go (see socketRoot)
 }
 
 // File names inside a machine's directory (see the package doc).
@@ -45,7 +48,48 @@ func OpenStore(home string) (*Store, error) {
 		return nil, fmt.Errorf("machines directory: %w", err)
 	}
 	os.Chmod(root, 0o700)
-	return &Store{root: root}, nil
+	sockets, err := socketRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{root: root, sockets: sockets}, nil
+}
+
+// socketRoot is where a store's sockets live: not under SMOL_HOME, whose
+// filesystem may not hold sockets (NFS, 9p) and whose path may be too long
+// for one (108 bytes), but in the user's runtime directory
+// ($XDG_RUNTIME_DIR, else a 0700 directory of the user's own in /tmp),
+// under a name derived from the store's path.
+func socketRoot(storeRoot string) (string, error) {
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" || unix.Access(base, unix.W_OK) != nil {
+		base = filepath.Join(os.TempDir(), fmt.Sprintf("smol-%d", os.Getuid()))
+		if err := os.Mkdir(base, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(base, &st); err != nil {
+			return "", err
+		}
+		if st.Uid != uint32(os.Getuid()) || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o077 != 0 {
+			return "", fmt.Errorf("%s is not a private directory of yours; set XDG_RUNTIME_DIR", base)
+		}
+	}
+	sum := sha256.Sum256([]byte(storeRoot))
+	dir := filepath.Join(base, "smol", hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// SocketPath is where one of machine name's sockets is.
+func (s *Store) SocketPath(name, file string) string { return filepath.Join(s.sockets, name, file) }
+
+// SocketDir makes (0700) and returns machine name's socket directory.
+func (s *Store) SocketDir(name string) (string, error) {
+	d := filepath.Join(s.sockets, name)
+	return d, os.MkdirAll(d, 0o700)
 }
 
 // Dir is the directory of machine name.
@@ -155,6 +199,7 @@ func (s *Store) Remove(name string) error {
 		return err
 	}
 	syncDir(s.root)
+	os.RemoveAll(filepath.Join(s.sockets, name))
 	return os.RemoveAll(trash)
 }
 
