@@ -80,9 +80,11 @@ func virtioDevices(cfg Config) (devs []virtio.Device, err error) {
 		}
 		devs = append(devs, dev)
 	}
-	// Every guest gets the entropy device: a kernel without it can wait a
-	// long time for getrandom() to unblock.
-	devs = append(devs, rng.New())
+	// Every guest gets the entropy device unless told otherwise: a kernel
+	// without it can wait a long time for getrandom() to unblock.
+	if !cfg.NoEntropy {
+		devs = append(devs, rng.New())
+	}
 	if max := vmm.MaxVirtioDevices; len(devs) > max {
 		return devs, fmt.Errorf("%d devices: smol supports at most %d virtio devices", len(devs), max)
 	}

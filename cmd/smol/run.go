@@ -30,6 +30,7 @@ func runCommand(args []string) (int, error) {
 	cid := fs.Uint64("cid", 3, "the guest's vsock context ID")
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
 	exitStats := fs.Bool("exit-stats", false, "print the most frequent vCPU exits on stderr when the VM ends")
+	noDefaultDevices := fs.Bool("no-default-devices", false, "leave out the entropy and balloon devices every guest otherwise gets (to measure what they cost)")
 	var w workload
 	fs.StringVar(&w.image, "image", "", "run an OCI image: a registry reference (python:3.12-alpine), a docker-save or OCI-layout tarball, or an OCI-layout directory")
 	fs.StringVar(&w.pull, "pull", "missing", "when to pull --image from its registry: missing, always or never")
@@ -70,7 +71,8 @@ func runCommand(args []string) (int, error) {
 		return 0, usageError{fmt.Sprintf("--cpus %d: need at least 1", *cpus)}
 	}
 
-	cfg := smol.Config{Kernel: *kernel, Initrd: *initrd, Cmdline: *cmdline, CPUs: *cpus, Memory: memBytes}
+	cfg := smol.Config{Kernel: *kernel, Initrd: *initrd, Cmdline: *cmdline, CPUs: *cpus, Memory: memBytes,
+		NoBalloon: *noDefaultDevices, NoEntropy: *noDefaultDevices}
 	for _, d := range *disks {
 		disk, err := parseDisk(d)
 		if err != nil {
