@@ -135,6 +135,7 @@ func New(cfg Config) (_ *Machine, err error) {
 			}
 		}
 	}()
+	trace("vmm.New")
 	m.devices = cfg.Virtio
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
@@ -157,9 +158,11 @@ func New(cfg Config) (_ *Machine, err error) {
 			Cmdline: cfg.Cmdline,
 			ACPI:    acpiConfig(cfg.CPUs, len(m.devices)),
 		})
+		trace("kernel and initrd loaded")
 		loaded <- err
 	}()
 	hostErr := m.createKVMMachine()
+	trace("KVM machine created")
 	// A mistake in the user's input is reported first, on any host.
 	if err := <-loaded; err != nil {
 		return nil, err
@@ -191,6 +194,7 @@ func (m *Machine) createKVMMachine() (err error) {
 	if err := m.createVM(); err != nil {
 		return err
 	}
+	trace("VM, interrupt controllers and PIT created")
 	for slot, r := range m.mem.Regions() {
 		region := kvm.UserMemoryRegion{
 			Slot:          uint32(slot),
@@ -202,12 +206,14 @@ func (m *Machine) createKVMMachine() (err error) {
 			return fmt.Errorf("map guest RAM [%#x, +%#x): %w", r.GuestAddr, r.Size, err)
 		}
 	}
+	trace("guest RAM mapped")
 	if m.legacy, err = m.addLegacyDevices(); err != nil {
 		return err
 	}
 	if err := m.addVirtioDevices(); err != nil {
 		return err
 	}
+	trace("devices wired")
 	return m.createVCPUs()
 }
 
@@ -295,6 +301,7 @@ func (m *Machine) Start() error {
 		wg.Wait()
 		close(m.done)
 	}()
+	go releaseStartupPages()
 	return nil
 }
 

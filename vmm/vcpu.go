@@ -42,6 +42,7 @@ func (v *vcpu) run() (reason StopReason, err error) {
 	m := v.machine
 	if v.index == 0 {
 		m.firstRun.Store(time.Now().UnixNano())
+		trace("first KVM_RUN")
 	}
 	for {
 		// Every exit is re-entered: KVM completes a pending port or MMIO
