@@ -19,7 +19,7 @@ help:
 	@echo "make box RUN='…'   run a shell command inside the test box (SMOLBOX_TIMEOUT=30m bounds it)"
 	@echo "make demo          deps + everything + boot the demo guest (in the box here)"
 	@echo "make test          unit tests, KVM-layer tests and integration tests in the box"
-	@echo "make bench-boot    smol vs QEMU microvm boot-to-init (N=$(N))"
+	@echo "make bench-boot    smol vs QEMU microvm boot-to-init, same devices and bare (N=$(N); BASE=<commit> adds that commit's smol)"
 	@echo "make bench-image   cached image run vs bare boot (box), and 100 MiB image unpack vs tar+mke2fs"
 	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 	@echo "make bench-machine machine exec/start/cp against smol run and a cat pipe, idle VMM memory (N=$(N))"
@@ -79,9 +79,21 @@ test: build kernel box-kernel stock-kernel guest
 	CGO_ENABLED=1 $(GO) test -race -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')
 	$(GO) test -timeout $(TIMEOUT) ./integration
 
+# BASE=<commit> also boots that commit's smol, built in a temporary git
+# worktree under /tmp (bench/boot/base.sh), in the same box run as this
+# tree's (the boot order is shuffled every round): a change checked against
+# main in one session. BENCH_FLAGS adds bench flags (-diagnose, -cmdline …).
 bench-boot: build kernel box-kernel guest
 	$(GO) build -o bin/bench-boot ./bench/boot
-	@bin/smolbox "bin/bench-boot -n $(N)"
+	@set -e; base=; also=; \
+	if [ -n "$(BASE)" ]; then \
+		base=$$(GO=$(GO) bench/boot/base.sh '$(BASE)'); \
+		also="-also base@$$(git rev-parse --short '$(BASE)^{commit}')=$$base/smol"; \
+	fi; \
+	trap 'rm -rf "$$base"' EXIT; \
+	cpu=$$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n1 | tr -d "'"); \
+	echo "bench-boot: host $$cpu, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	bin/smolbox "bin/bench-boot -n $(N) $$also -commit $$(git describe --always --dirty) -machine '$$cpu' $(BENCH_FLAGS)"
 
 bench-image: build kernel box-kernel guest
 	$(GO) build -o bin/bench-image ./bench/image
