@@ -427,11 +427,14 @@ func (m *NamedMachine) CopyOut(ctx context.Context, guestPath, hostPath string) 
 	if err != nil {
 		return err
 	}
-	pr, pw := io.Pipe()
+	pr, pw, err := tarcopy.Pipe()
+	if err != nil {
+		return err
+	}
 	unpacked := make(chan error, 1)
 	go func() {
 		err := tarcopy.Unpack(pr, dir, tarcopy.Options{Rename: rename, Hostile: true})
-		pr.CloseWithError(err) // a failed unpack stops the stream
+		pr.Close() // a failed unpack stops the stream
 		unpacked <- err
 	}()
 	exit, err := m.session(ctx, agent.Start{Copy: &agent.Copy{Out: true, Path: guestPath}}, agent.Streams{Stdout: pw})
@@ -455,10 +458,20 @@ func (m *NamedMachine) CopyIn(ctx context.Context, hostPath, guestPath string) e
 	if _, err := os.Lstat(hostPath); err != nil {
 		return err
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(tarcopy.Pack(pw, hostPath, filepath.Base(filepath.Clean(hostPath)))) }()
+	pr, pw, err := tarcopy.Pipe()
+	if err != nil {
+		return err
+	}
+	packed := make(chan error, 1)
+	go func() {
+		packed <- tarcopy.Pack(pw, hostPath, filepath.Base(filepath.Clean(hostPath)))
+		pw.Close()
+	}()
 	exit, err := m.session(ctx, agent.Start{Copy: &agent.Copy{Path: guestPath}}, agent.Streams{Stdin: pr})
 	pr.Close()
+	if perr := <-packed; err == nil && exit.Error == "" && perr != nil {
+		return fmt.Errorf("reading %s: %w", hostPath, perr)
+	}
 	if err != nil {
 		return err
 	}

@@ -26,27 +26,40 @@ func (s *session) copy(c *agent.Copy, r *agent.Reader) agent.Exit {
 	if err != nil {
 		return agent.Exit{Code: 1, Error: err.Error()}
 	}
-	pr, pw := io.Pipe()
+	pr, pw, err := tarcopy.Pipe()
+	if err != nil {
+		return agent.Exit{Code: 1, Error: err.Error()}
+	}
+	defer pr.Close()
+	ended := make(chan error, 1)
 	go func() {
+		defer pw.Close()
 		for {
 			f, err := r.Read()
 			if err != nil {
-				pw.CloseWithError(fmt.Errorf("the host ended the copy: %w", err))
+				ended <- fmt.Errorf("the host ended the copy early: %w", err)
 				return
 			}
 			switch f.Type {
 			case agent.FrameStdin:
 				if _, err := pw.Write(f.Payload); err != nil {
+					ended <- nil // the unpack stopped reading: its error says why
 					return
 				}
 			case agent.FrameStdinClose:
-				pw.Close()
+				ended <- nil
 				return
 			}
 		}
 	}()
 	err = tarcopy.Unpack(pr, dir, tarcopy.Options{Rename: rename, Owners: true})
-	io.Copy(io.Discard, pr) // the tar trailer, up to the host's end of stdin
+	if err == nil {
+		io.Copy(io.Discard, pr) // the tar trailer, up to the host's end of stdin
+	}
+	pr.Close()
+	if eerr := <-ended; err == nil && eerr != nil {
+		err = eerr
+	}
 	if err != nil {
 		return agent.Exit{Code: 1, Error: err.Error()}
 	}

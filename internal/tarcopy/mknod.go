@@ -3,6 +3,7 @@ package tarcopy
 import (
 	"archive/tar"
 	"io/fs"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,4 +21,10 @@ func mknod(p string, h *tar.Header, mode fs.FileMode) error {
 	}
 	unix.Unlink(p)
 	return unix.Mknod(p, typ|uint32(mode.Perm()), int(unix.Mkdev(uint32(h.Devmajor), uint32(h.Devminor))))
+}
+
+// setPipeSize enlarges a pipe's buffer; a refusal (above the system's
+// pipe-max-size) keeps the default.
+func setPipeSize(f *os.File, size int) {
+	unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, size)
 }

@@ -245,3 +245,15 @@ func removeNonDir(root *os.Root, name string) {
 }
 
 type onlyWriter struct{ io.Writer }
+
+// Pipe is a kernel pipe with a large buffer, for connecting a tar stream's
+// producer and consumer: unlike io.Pipe, the two sides overlap (reading
+// the network and writing the disk) instead of taking turns.
+func Pipe() (*os.File, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	setPipeSize(w, 1<<20)
+	return r, w, nil
+}
