@@ -35,6 +35,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/bench/internal/rounds"
 	"github.com/smolvm/smol/internal/imagetest"
 )
 
@@ -64,17 +65,31 @@ func main() {
 		fatal(err)
 	}
 	b.must("pull", img)
+	logf := func(format string, args ...any) { fmt.Printf("bench-machine: "+format+"\n", args...) }
+	const maxReplaced = 3
 
 	// exec and run, alternating; the machine runs throughout.
 	b.must("machine", "create", "bench", "--image", img, "--cpus", "1", "--mem", "512M", "--storage", "2G")
 	b.must("machine", "start", "bench")
 	var execMs, runMs, apiMs []float64
-	for i := 0; i < *n; i++ {
-		execMs = append(execMs, b.timed("machine", "exec", "bench", "--", "true"))
-		runMs = append(runMs, b.timed("run", "--cpus", "1", "--mem", "512M", "--", "true"))
-		apiMs = append(apiMs, b.apiExec("bench"))
-		fmt.Printf("round %d: machine exec %.1f ms, API exec %.1f ms, run %.1f ms\n", i+1, execMs[i], apiMs[i], runMs[i])
-	}
+	res := rounds.Run(*n, maxReplaced, func(i int) error {
+		e, err := b.timed("machine", "exec", "bench", "--", "true")
+		if err != nil {
+			return b.recover(err)
+		}
+		r, err := b.timed("run", "--cpus", "1", "--mem", "512M", "--", "true")
+		if err != nil {
+			return err
+		}
+		a, err := b.apiExec("bench")
+		if err != nil {
+			return b.recover(err)
+		}
+		execMs, runMs, apiMs = append(execMs, e), append(runMs, r), append(apiMs, a)
+		fmt.Printf("round %d: machine exec %.1f ms, API exec %.1f ms, run %.1f ms\n", i, e, a, r)
+		return nil
+	}, logf)
+	fmt.Printf("exec rounds: %s\n", res.Summary(*n))
 	fmt.Printf("machine exec -- true median %.1f ms (control API round trip %.1f ms), smol run -- true %.1f ms: ratio %.3f (target <= 0.05)\n",
 		median(execMs), median(apiMs), median(runMs), median(execMs)/median(runMs))
 
@@ -88,28 +103,53 @@ func main() {
 	rand.Read(blob)
 	os.WriteFile(src, blob, 0o644)
 	var cpIn, catIn, cpOut, catOut []float64
-	for i := 0; i < *n; i++ {
-		cpIn = append(cpIn, b.timed("machine", "cp", src, "bench:/root/blob"))
-		catIn = append(catIn, b.timedStdin(src, "machine", "exec", "bench", "-i", "--", "sh", "-c", "cat > /root/blob2"))
-		out := filepath.Join(home, "out")
+	out := filepath.Join(home, "out")
+	res = rounds.Run(*n, maxReplaced, func(i int) error {
 		os.RemoveAll(out)
-		cpOut = append(cpOut, b.timed("machine", "cp", "bench:/root/blob", out))
-		catOut = append(catOut, b.timedDiscard("machine", "exec", "bench", "--", "cat", "/root/blob"))
-		fmt.Printf("round %d: cp in %.0f ms, cat in %.0f ms, cp out %.0f ms, cat out %.0f ms\n", i+1, cpIn[i], catIn[i], cpOut[i], catOut[i])
-	}
+		var t [4]float64
+		var err error
+		steps := []func() (float64, error){
+			func() (float64, error) { return b.timed("machine", "cp", src, "bench:/root/blob") },
+			func() (float64, error) {
+				return b.timedStdin(src, "machine", "exec", "bench", "-i", "--", "sh", "-c", "cat > /root/blob2")
+			},
+			func() (float64, error) { return b.timed("machine", "cp", "bench:/root/blob", out) },
+			func() (float64, error) { return b.timedDiscard("machine", "exec", "bench", "--", "cat", "/root/blob") },
+		}
+		for k, step := range steps {
+			if t[k], err = step(); err != nil {
+				return b.recover(err)
+			}
+		}
+		cpIn, catIn, cpOut, catOut = append(cpIn, t[0]), append(catIn, t[1]), append(cpOut, t[2]), append(catOut, t[3])
+		fmt.Printf("round %d: cp in %.0f ms, cat in %.0f ms, cp out %.0f ms, cat out %.0f ms\n", i, t[0], t[1], t[2], t[3])
+		return nil
+	}, logf)
+	fmt.Printf("cp rounds: %s\n", res.Summary(*n))
 	mbps := func(ms float64) float64 { return 100 * 1.048576 / (ms / 1000) }
 	fmt.Printf("cp in: %.0f MB/s, cat pipe in %.0f MB/s: ratio %.2f (target >= 0.8)\n", mbps(median(cpIn)), mbps(median(catIn)), median(catIn)/median(cpIn))
 	fmt.Printf("cp out: %.0f MB/s, cat out %.0f MB/s: ratio %.2f\n", mbps(median(cpOut)), mbps(median(catOut)), median(catOut)/median(cpOut))
 
 	// start against run.
 	var startMs, run2Ms []float64
-	b.must("machine", "stop", "bench")
-	for i := 0; i < *n; i++ {
-		startMs = append(startMs, b.timed("machine", "start", "bench"))
-		b.must("machine", "stop", "bench")
-		run2Ms = append(run2Ms, b.timed("run", "--cpus", "1", "--mem", "512M", "--", "true"))
-		fmt.Printf("round %d: machine start %.0f ms, run %.0f ms\n", i+1, startMs[i], run2Ms[i])
-	}
+	b.cmd("machine", "stop", "bench").Run()
+	res = rounds.Run(*n, maxReplaced, func(i int) error {
+		st, err := b.timed("machine", "start", "bench")
+		if err != nil {
+			return err
+		}
+		if _, err := b.timed("machine", "stop", "bench"); err != nil {
+			return err
+		}
+		r, err := b.timed("run", "--cpus", "1", "--mem", "512M", "--", "true")
+		if err != nil {
+			return err
+		}
+		startMs, run2Ms = append(startMs, st), append(run2Ms, r)
+		fmt.Printf("round %d: machine start %.0f ms, run %.0f ms\n", i, st, r)
+		return nil
+	}, logf)
+	fmt.Printf("start rounds: %s\n", res.Summary(*n))
 	fmt.Printf("machine start median %.0f ms, smol run -- true %.0f ms: ratio %.2f (target <= 1.1)\n", median(startMs), median(run2Ms), median(startMs)/median(run2Ms))
 	b.must("machine", "rm", "-f", "bench")
 }
@@ -128,26 +168,40 @@ func (b *bench) must(args ...string) {
 	}
 }
 
-func (b *bench) run(c *exec.Cmd, what []string) float64 {
+// run times one smol command; a failure carries the machine's state and
+// the end of its console, for the report.
+func (b *bench) run(c *exec.Cmd, what []string) (float64, error) {
 	var errb bytes.Buffer
 	c.Stderr = &errb
 	start := time.Now()
 	if err := c.Run(); err != nil {
 		logs, _ := b.cmd("machine", "logs", "bench").Output()
-		if lines := strings.Split(string(logs), "\n"); len(lines) > 30 {
-			logs = []byte(strings.Join(lines[len(lines)-30:], "\n"))
+		tail := strings.Split(strings.TrimSpace(string(logs)), "\n")
+		if len(tail) > 8 {
+			tail = tail[len(tail)-8:]
 		}
-		fatal(fmt.Errorf("smol %s: %v: %s\nthe machine's console ends:\n%s", strings.Join(what, " "), err, errb.String(), logs))
+		return 0, fmt.Errorf("smol %s: %v: %s; the machine's console ends:\n    %s", strings.Join(what, " "), err,
+			strings.TrimSpace(errb.String()), strings.Join(tail, "\n    "))
 	}
-	return float64(time.Since(start).Microseconds()) / 1000
+	return float64(time.Since(start).Microseconds()) / 1000, nil
 }
 
-func (b *bench) timed(args ...string) float64 { return b.run(b.cmd(args...), args) }
+// recover restarts the machine after a failed round (a guest that died
+// in the box, its known failure), so that the next round has one.
+func (b *bench) recover(err error) error {
+	b.cmd("machine", "stop", "--timeout", "2s", "bench").Run()
+	if serr := b.cmd("machine", "start", "bench").Run(); serr != nil {
+		fatal(fmt.Errorf("%v; and the machine does not start again: %v", err, serr))
+	}
+	return err
+}
 
-func (b *bench) timedStdin(file string, args ...string) float64 {
+func (b *bench) timed(args ...string) (float64, error) { return b.run(b.cmd(args...), args) }
+
+func (b *bench) timedStdin(file string, args ...string) (float64, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		fatal(err)
+		return 0, err
 	}
 	defer f.Close()
 	c := b.cmd(args...)
@@ -155,7 +209,7 @@ func (b *bench) timedStdin(file string, args ...string) float64 {
 	return b.run(c, args)
 }
 
-func (b *bench) timedDiscard(args ...string) float64 {
+func (b *bench) timedDiscard(args ...string) (float64, error) {
 	c := b.cmd(args...)
 	c.Stdout = nil // /dev/null
 	return b.run(c, args)
@@ -163,17 +217,17 @@ func (b *bench) timedDiscard(args ...string) float64 {
 
 // apiExec times one exec through the Go API: the control API round trip
 // without a CLI process.
-func (b *bench) apiExec(name string) float64 {
+func (b *bench) apiExec(name string) (float64, error) {
 	os.Setenv("SMOL_HOME", b.home)
 	m, err := smol.OpenMachine(name)
 	if err != nil {
-		fatal(err)
+		return 0, err
 	}
 	start := time.Now()
 	if code, err := m.Exec(context.Background(), smol.Command{Args: []string{"true"}}); err != nil || code != 0 {
-		fatal(fmt.Errorf("API exec: %d %v", code, err))
+		return 0, fmt.Errorf("API exec: %d %v", code, err)
 	}
-	return float64(time.Since(start).Microseconds()) / 1000
+	return float64(time.Since(start).Microseconds()) / 1000, nil
 }
 
 // vmmRSS is the machine's VMM resident memory minus its resident shared
