@@ -35,7 +35,7 @@ const (
 // DefaultCmdline is put before Config.Cmdline: the serial console, and
 // reboot and panic behaviour that end the VM instead of hanging it. Later
 // parameters win, so a Config can override any of these.
-const DefaultCmdline = "console=ttyS0 reboot=k panic=-1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd quiet"
+const DefaultCmdline = "console=ttyS0 reboot=k panic=-1 i8042.noaux i8042.nomux i8042.dumbkbd quiet"
 
 // Config describes a VM.
 type Config struct {

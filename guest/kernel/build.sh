@@ -48,9 +48,12 @@ fi
 
 # recipe names how this script turns source and fragments into a kernel;
 # bump it when that changes (not for changes in how the source is found).
-recipe=1
+recipe=2
+# Source patches, applied to every kernel built here (each leaves a kernel
+# whose config does not need it unchanged).
+patches=("$(cd "$(dirname "$0")" && pwd)"/*.patch)
 src_id=$(stat -c '%s-%Y' "$tarball")
-key=$( { echo "$src_id recipe=$recipe"; cat "$@"; } | sha256sum | cut -c1-16)
+key=$( { echo "$src_id recipe=$recipe"; cat "${patches[@]}" "$@"; } | sha256sum | cut -c1-16)
 dir=$cache/kernel/$key
 mkdir -p "$(dirname "$out")"
 if [ -f "$dir/vmlinux" ] && [ -f "$dir/bzImage" ]; then
@@ -67,6 +70,13 @@ if [ ! -f "$srcdir/.unpacked" ]; then
 	tar -xf "$tarball" -C "$srcdir" --strip-components=1
 	touch "$srcdir/.unpacked"
 fi
+for p in "${patches[@]}"; do
+	mark=$srcdir/.patched-$(sha256sum "$p" | cut -c1-16)
+	[ -f "$mark" ] && continue
+	echo "kernel: applying $(basename "$p")"
+	patch -d "$srcdir" -p1 --forward --quiet <"$p" || { echo "kernel: $p does not apply" >&2; exit 1; }
+	touch "$mark"
+done
 
 rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
 log=$dir.tmp/build.log
