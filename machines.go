@@ -230,10 +230,7 @@ var VMMExecutable string
 // exits.
 func (m *NamedMachine) Start(ctx context.Context) error {
 	name := m.spec.Name
-	sl, err := m.store.TryLock(name, machine.StartLock)
-	if errors.Is(err, machine.ErrLocked) {
-		return fmt.Errorf("machine %s is being started by another command", name)
-	}
+	sl, err := m.lockStart()
 	if err != nil {
 		return err
 	}
@@ -287,6 +284,16 @@ func (m *NamedMachine) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// lockStart takes the machine's start lock, which a start holds until
+// its VMM is up and a remove while it deletes: one of them at a time.
+func (m *NamedMachine) lockStart() (*machine.Lock, error) {
+	l, err := m.store.TryLock(m.spec.Name, machine.StartLock)
+	if errors.Is(err, machine.ErrLocked) {
+		return nil, fmt.Errorf("machine %s is being started by another command", m.spec.Name)
+	}
+	return l, err
 }
 
 // vmmFailure is the last line the VMM process wrote (its error).
@@ -494,10 +501,7 @@ func (m *NamedMachine) image() *imagefs.Image {
 // running machine only with force, which stops it hard first.
 func (m *NamedMachine) Remove(ctx context.Context, force bool) error {
 	name := m.spec.Name
-	sl, err := m.store.TryLock(name, machine.StartLock)
-	if errors.Is(err, machine.ErrLocked) {
-		return fmt.Errorf("machine %s is being started by another command", name)
-	}
+	sl, err := m.lockStart()
 	if err != nil {
 		return err
 	}

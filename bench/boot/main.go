@@ -60,13 +60,13 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/bench/internal/rounds"
+	"github.com/smolvm/smol/bench/internal/stats"
 	"github.com/smolvm/smol/guest/initramfs"
 )
 
@@ -615,17 +615,8 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+// median is the figure quoted (bench/internal/stats).
+var median = stats.Median
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "bench: %v\n", err)

@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/bench/internal/rounds"
+	"github.com/smolvm/smol/bench/internal/stats"
 	"github.com/smolvm/smol/internal/imagetest"
 )
 
@@ -287,17 +287,8 @@ func busyboxImage(out string) error {
 	return tarball.WriteToFile(out, tag, img)
 }
 
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+// median is the figure quoted (bench/internal/stats).
+var median = stats.Median
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
