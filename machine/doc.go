@@ -16,8 +16,8 @@
 //
 //	NAME/config.json    the Spec, written once at create (atomically)
 //	NAME/state.json     what the VMM last said: running, stopped, failed (atomically replaced)
-//	NAME/vmm.lock       flock held by the VMM for its whole life: the one truth of "alive"
-//	NAME/start.lock     flock held while a start is in progress: one start wins
+//	NAME/vmm.lock       write lock held by the VMM for its whole life: the one truth of "alive"
+//	NAME/start.lock     write lock held while a start (or a remove) is in progress: one wins
 //	NAME/storage.ext4   the writable layer that persists (sparse, ext4)
 //	NAME/console.log    the guest console and agent log, bounded (plus console.log.1)
 //	NAME/vmm.log        the VMM process's own errors

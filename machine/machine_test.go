@@ -240,3 +240,44 @@ func TestControlAPI(t *testing.T) {
 		t.Errorf("no socket: %v", err)
 	}
 }
+
+// Probing liveness never takes the VMM's lock: a VMM starting while
+// clients poll its state always gets it (a probe that took the lock for an
+// instant once made a start fail with "already running").
+func TestAliveProbeNeverBlocksTheVMM(t *testing.T) {
+	s, _ := OpenStore(t.TempDir())
+	s.Create(testSpec("m"))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					s.Alive("m")
+				}
+			}
+		}()
+	}
+	for i := 0; i < 2000; i++ {
+		l, err := s.TryLock("m", VMMLock)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("attempt %d: a probe blocked the VMM's lock: %v", i, err)
+		}
+		if !s.Alive("m") {
+			t.Fatalf("attempt %d: the held lock reads as dead", i)
+		}
+		l.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	if s.Alive("m") {
+		t.Error("alive after the last unlock")
+	}
+}

@@ -56,7 +56,11 @@ func (s *Store) readState(name string) stateRecord {
 	return r
 }
 
-// Lock is an flock on one of a machine's lock files.
+// Lock is a write lock on one of a machine's lock files: an open file
+// description lock (F_OFD_SETLK), which the kernel drops when the holder
+// dies and which Alive can test without taking (F_OFD_GETLK). A probe
+// that took the lock, even for an instant, could make a starting VMM see
+// its machine as taken.
 type Lock struct{ f *os.File }
 
 // ErrLocked says another process holds the lock.
@@ -68,9 +72,10 @@ func (s *Store) TryLock(name, file string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0} // the whole file
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 			return nil, ErrLocked
 		}
 		return nil, err
@@ -90,14 +95,19 @@ const (
 	VMMLock   = vmmLock
 )
 
-// Alive tells whether a VMM process holds the machine.
+// Alive tells whether a VMM process holds the machine, without taking
+// its lock.
 func (s *Store) Alive(name string) bool {
-	l, err := s.TryLock(name, vmmLock)
+	f, err := os.Open(s.Path(name, vmmLock))
 	if err != nil {
-		return errors.Is(err, ErrLocked)
+		return false // never started
 	}
-	l.Unlock()
-	return false
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	return lk.Type != unix.F_UNLCK
 }
 
 // Status is a machine's state as the files tell it, without asking the
