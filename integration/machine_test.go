@@ -435,25 +435,31 @@ func TestMachineExecStreams(t *testing.T) {
 	}
 
 	// 50 MiB to stdout while another exec runs: a 1 MiB file, 50 times.
-	mustMachine(t, home, "exec", "ex", "--", "sh", "-c", "i=0; while [ $i -lt 1024 ]; do echo 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde; i=$((i+1)); done > /root/kib64; i=0; while [ $i -lt 16 ]; do cat /root/kib64; i=$((i+1)); done > /root/mib")
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if out := mustMachine(t, home, "exec", "ex", "--", "sh", "-c", "sleep 1; echo beside"); out != "beside\n" {
-			t.Errorf("the exec beside the stream: %q", out)
-		}
-	}()
 	line := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"
 	want := sha256.Sum256([]byte(strings.Repeat(line, 1024*16*50)))
 	machineStep(t, home, "ex", func() error {
-		code, out, stderr := machineCLI(t, home, "exec", "ex", "--", "sh", "-c", "i=0; while [ $i -lt 50 ]; do cat /root/mib; i=$((i+1)); done")
+		// Made in the step: a guest that died loses what it had not
+		// written back to its storage disk.
+		mk := "i=0; while [ $i -lt 1024 ]; do echo " + strings.TrimSuffix(line, "\n") + "; i=$((i+1)); done > /tmp/kib64; i=0; while [ $i -lt 16 ]; do cat /tmp/kib64; i=$((i+1)); done > /tmp/mib"
+		if code, _, stderr := machineCLI(t, home, "exec", "ex", "--", "sh", "-c", mk); code != 0 {
+			return fmt.Errorf("making /tmp/mib: exit %d, %s", code, stderr)
+		}
+		beside := make(chan error, 1)
+		go func() {
+			code, out, stderr := machineCLI(t, home, "exec", "ex", "--", "sh", "-c", "sleep 1; echo beside")
+			if code != 0 || out != "beside\n" {
+				beside <- fmt.Errorf("the exec beside the stream: exit %d, %q, %s", code, out, stderr)
+				return
+			}
+			beside <- nil
+		}()
+		code, out, stderr := machineCLI(t, home, "exec", "ex", "--", "sh", "-c", "i=0; while [ $i -lt 50 ]; do cat /tmp/mib; i=$((i+1)); done")
+		berr := <-beside
 		if code != 0 || len(out) != 50<<20 || sha256.Sum256([]byte(out)) != want {
 			return fmt.Errorf("50 MiB stream: exit %d, %d bytes, stderr %q", code, len(out), stderr)
 		}
-		return nil
+		return berr
 	})
-	wg.Wait()
 
 	// SIGTERM to the CLI reaches the command, which reports it.
 	cmd := exec.Command(artifact(t, "bin/smol", "build"), "machine", "exec", "ex", "--", "sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done")
