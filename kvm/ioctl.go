@@ -107,21 +107,38 @@ var (
 // ioctl issues request on fd with arg (a pointer or an immediate value) and
 // returns the kernel's non-negative result. A failure is returned as
 // "NAME: errno", with the unix.Errno wrapped so errors.Is works.
+//
+// An ioctl that fails with EINTR is made again: a signal was pending (Go
+// preempts goroutines with SIGURG at any time), and KVM_CREATE_VM, for
+// one, gives up on a pending signal while it registers with the memory
+// manager, with nothing done. KVM_RUN, whose EINTR means something, does
+// not come through here (VCPU.Run).
 func ioctl(fd int, name string, req, arg uintptr) (int, error) {
-	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, arg)
-	if errno != 0 {
-		return int(r), fmt.Errorf("%s: %w", name, errno)
+	for {
+		r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, arg)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return int(r), fmt.Errorf("%s: %w", name, errno)
+		}
+		return int(r), nil
 	}
-	return int(r), nil
 }
 
 // ioctlPtr is ioctl with a pointer argument. Keeping the unsafe.Pointer to
 // uintptr conversion inside the Syscall expression is what tells the
 // compiler to keep the pointee alive and in place for the call.
+// Like ioctl, it retries EINTR.
 func ioctlPtr(fd int, name string, req uintptr, arg unsafe.Pointer) (int, error) {
-	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
-	if errno != 0 {
-		return int(r), fmt.Errorf("%s: %w", name, errno)
+	for {
+		r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return int(r), fmt.Errorf("%s: %w", name, errno)
+		}
+		return int(r), nil
 	}
-	return int(r), nil
 }
