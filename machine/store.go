@@ -118,7 +118,7 @@ func (s *Store) Create(spec *Spec) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := writeFileSync(filepath.Join(tmp, configFile), b); err != nil {
+	if err := atomicfile.Create(filepath.Join(tmp, configFile), b); err != nil {
 		return noSpace(err)
 	}
 	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir(spec.Name), unix.RENAME_NOREPLACE)
@@ -216,22 +216,6 @@ func (s *Store) Sweep() {
 func writeFileAtomic(path string, data []byte) error { return noSpace(atomicfile.Write(path, data)) }
 func syncDir(dir string)                             { atomicfile.SyncDir(dir) }
 func randomHex() string                              { return atomicfile.RandomSuffix() }
-
-// writeFileSync creates path (which must not exist) with data, synced.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 func noSpace(err error) error {
 	if err != nil && errors.Is(err, unix.ENOSPC) {

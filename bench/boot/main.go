@@ -193,7 +193,7 @@ func main() {
 			c.samples = append(c.samples, got[i])
 			l := fmt.Sprintf("%s %.0f ms (kernel %.0f)", c.name, got[i].initMs, got[i].kernelMs)
 			if c.smol {
-				l = fmt.Sprintf("%s %.0f ms (KVM_RUN %.0f, kernel %.0f, RSS %.1f MiB)", c.name, got[i].initMs, got[i].firstRunMs, got[i].kernelMs, got[i].mem.vmm())
+				l = fmt.Sprintf("%s %.0f ms (KVM_RUN %.0f, kernel %.0f, RSS %.1f MiB)", c.name, got[i].initMs, got[i].firstRunMs, got[i].kernelMs, got[i].mem.VMM())
 			}
 			line = append(line, l)
 		}
@@ -396,43 +396,10 @@ func boot(c *contender, args []string, timeout time.Duration, console io.Writer)
 	return s, nil
 }
 
-// procMem is a VMM's memory from /proc/PID/status, in MiB.
-type procMem struct {
-	rss, anon, file, shmem float64
-	threads                int
-}
+// procMem is a VMM's memory (bench/internal/stats).
+type procMem = stats.ProcMem
 
-// vmm is the VMM's resident memory outside guest RAM, which is a shared
-// memfd mapping (RssShmem): its private memory and the binary's pages.
-func (m procMem) vmm() float64 { return m.rss - m.shmem }
-
-func readProcMem(pid int) procMem {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return procMem{}
-	}
-	var m procMem
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.rss = v / 1024
-		case "RssAnon:":
-			m.anon = v / 1024
-		case "RssFile:":
-			m.file = v / 1024
-		case "RssShmem:":
-			m.shmem = v / 1024
-		case "Threads:":
-			m.threads = int(v)
-		}
-	}
-	return m
-}
+var readProcMem = stats.ReadProcMem
 
 // memoryCost boots an 8 GiB guest twice, idle and after writing 100 MiB to
 // a RAM-backed file, and reports the host memory (all of smol's resident
@@ -461,7 +428,7 @@ func memoryCost(smolBin, kernel, initPath string, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		rss[c.name] = s.mem.rss
+		rss[c.name] = s.mem.RSS
 	}
 	fmt.Printf("8 GiB guest, host memory: idle %.0f MiB, after touching 100 MiB %.0f MiB (+%.0f MiB)\n",
 		rss["idle"], rss["touched"], rss["touched"]-rss["idle"])
@@ -493,7 +460,7 @@ func report(cs []*contender, res rounds.Result, want int, machine, commit string
 			line += fmt.Sprintf(" %7.1f ms %7.0f ms %6.1f MiB (%.1f+%.1f) %7d",
 				median(pick(c.samples, func(s sample) float64 { return s.firstRunMs })),
 				median(pick(c.samples, func(s sample) float64 { return s.userMs - s.firstRunMs })),
-				m.vmm(), m.anon, m.file, m.threads)
+				m.VMM(), m.Anon, m.File, m.Threads)
 		}
 		fmt.Println(line)
 	}
@@ -540,7 +507,7 @@ func report(cs []*contender, res rounds.Result, want int, machine, commit string
 		m := c.medianMem()
 		fmt.Printf("| %s | %s | %s | %s | %d | %.0f ms | %.0f ms | **%.2f** | %.0f ms | %.1f MiB (%.1f + %.1f) |\n",
 			date, machine, rev, devices, len(c.samples), c.initMedian(), q.initMedian(), c.initMedian()/q.initMedian(),
-			median(pick(c.samples, func(s sample) float64 { return s.firstRunMs })), m.vmm(), m.anon, m.file)
+			median(pick(c.samples, func(s sample) float64 { return s.firstRunMs })), m.VMM(), m.Anon, m.File)
 	}
 	if commit == "" {
 		commit = "?"
@@ -560,11 +527,11 @@ func (c *contender) initMedian() float64 {
 
 func (c *contender) medianMem() procMem {
 	return procMem{
-		rss:     median(pick(c.samples, func(s sample) float64 { return s.mem.rss })),
-		anon:    median(pick(c.samples, func(s sample) float64 { return s.mem.anon })),
-		file:    median(pick(c.samples, func(s sample) float64 { return s.mem.file })),
-		shmem:   median(pick(c.samples, func(s sample) float64 { return s.mem.shmem })),
-		threads: int(median(pick(c.samples, func(s sample) float64 { return float64(s.mem.threads) }))),
+		RSS:     median(pick(c.samples, func(s sample) float64 { return s.mem.RSS })),
+		Anon:    median(pick(c.samples, func(s sample) float64 { return s.mem.Anon })),
+		File:    median(pick(c.samples, func(s sample) float64 { return s.mem.File })),
+		Shmem:   median(pick(c.samples, func(s sample) float64 { return s.mem.Shmem })),
+		Threads: int(median(pick(c.samples, func(s sample) float64 { return float64(s.mem.Threads) }))),
 	}
 }
 

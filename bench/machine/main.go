@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -242,25 +241,7 @@ func (b *bench) vmmRSS(name string) float64 {
 	if err != nil {
 		fatal(err)
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.PID))
-	if err != nil {
-		fatal(err)
-	}
-	var rss, shmem float64
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = v
-		case "RssShmem:":
-			shmem = v
-		}
-	}
-	return (rss - shmem) / 1024
+	return stats.ReadProcMem(s.PID).VMM()
 }
 
 // busyboxImage writes a docker-save tarball of Debian's static busybox.

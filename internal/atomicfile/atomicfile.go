@@ -14,7 +14,21 @@ import (
 // (0600): everything smol keeps names what the user runs.
 func Write(path string, data []byte) error {
 	tmp := path + ".tmp-" + RandomSuffix()
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	err := Create(tmp, data)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	SyncDir(filepath.Dir(path))
+	return nil
+}
+
+// Create makes path, which must not exist, holding data, synced (0600).
+func Create(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -25,15 +39,7 @@ func Write(path string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	SyncDir(filepath.Dir(path))
-	return nil
+	return err
 }
 
 // SyncDir makes a directory's entries (a rename, a new file) durable.
