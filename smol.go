@@ -24,12 +24,19 @@ import (
 	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/vmm"
+	"github.com/smolvm/smol/vmm/acpi"
 )
 
 // Defaults for a Config's zero values.
 const (
 	DefaultCPUs   = 4
 	DefaultMemory = 8 << 30 // taken from the host only as the guest touches it
+)
+
+// The limits of a Config's shape.
+const (
+	MaxCPUs   = acpi.MaxCPUs  // what the ACPI tables can describe
+	MinMemory = vmm.MinMemory // below it no Linux boots
 )
 
 // DefaultCmdline is put before Config.Cmdline: the serial console, and
@@ -60,6 +67,18 @@ type Config struct {
 	// is how benchmarks measure what the default devices cost.
 	NoEntropy bool
 }
+
+// Disk is a raw disk image given to the guest as a virtio block device.
+// The first disk is /dev/vda, the second /dev/vdb, and so on.
+type Disk = vmm.Disk
+
+// Vsock gives the guest a virtio-vsock device whose host side is Unix
+// sockets (see vmm.Vsock).
+type Vsock = vmm.Vsock
+
+// Net connects the guest's virtio-net device to a TAP interface on the host
+// (see vmm.Net).
+type Net = vmm.Net
 
 // Exit describes how a VM ended.
 type Exit struct {
@@ -92,10 +111,6 @@ func Start(cfg Config) (*Machine, error) {
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
-	devs, err := virtioDevices(cfg)
-	if err != nil {
-		return nil, err
-	}
 	vm, err := vmm.New(vmm.Config{
 		Kernel:       cfg.Kernel,
 		Initrd:       cfg.Initrd,
@@ -104,8 +119,13 @@ func Start(cfg Config) (*Machine, error) {
 		Memory:       cfg.Memory,
 		Console:      cfg.Console,
 		ConsoleInput: cfg.ConsoleInput,
-		Virtio:       devs,
-		Balloon:      !cfg.NoBalloon,
+		Devices: vmm.Devices{
+			Disks:   cfg.Disks,
+			Net:     cfg.Net,
+			Vsock:   cfg.Vsock,
+			Entropy: !cfg.NoEntropy,
+			Balloon: !cfg.NoBalloon,
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -229,6 +229,36 @@ func TestMachineLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("stop --timeout on a guest that ignores shutdown", func(t *testing.T) {
+		// The guest freezes its own agent (PID 1 moved into a frozen
+		// cgroup) a moment after the exec returns: the shutdown request
+		// is never read, so only the timeout can end the machine.
+		mustMachine(t, home, "exec", "m1", "--", "sh", "-c",
+			"mkdir -p /sys/fs/cgroup && (mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup) && "+
+				"mkdir -p /sys/fs/cgroup/frozen && echo 1 > /sys/fs/cgroup/frozen/cgroup.procs && "+
+				"(sleep 1; echo 1 > /sys/fs/cgroup/frozen/cgroup.freeze) >/dev/null 2>&1 &")
+		time.Sleep(2 * time.Second)
+		if code, _, _ := machineCLI(t, home, "exec", "m1", "--", "true"); code == 0 {
+			t.Fatal("the agent still answers: the guest did not freeze it")
+		}
+		start := time.Now()
+		code, _, stderr := machineCLI(t, home, "stop", "--timeout", "2s", "m1")
+		took := time.Since(start)
+		if code != 0 {
+			t.Fatalf("stop: exit %d, %q", code, stderr)
+		}
+		if took > 3500*time.Millisecond {
+			t.Errorf("stop --timeout 2s took %v", took)
+		}
+		if s := machineStatus(t, home, "m1"); s.State != "stopped" {
+			t.Errorf("after a timed-out stop: %s", s.State)
+		}
+		startMachine(t, home, "m1")
+		if out := mustMachine(t, home, "exec", "m1", "--", "cat", "/root/f"); out != "persisted\n" {
+			t.Errorf("after the forced stop the file holds %q", out)
+		}
+	})
+
 	code, _, stderr = machineCLI(t, home, "rm", "m1")
 	if code == 0 || !strings.Contains(stderr, "running") {
 		t.Errorf("rm of a running machine: exit %d, stderr %q", code, stderr)

@@ -118,6 +118,35 @@ func (m *MMIO) Reset() {
 	m.resetLocked()
 }
 
+// Pauser is a device whose worker can be parked with its queues stable:
+// every device built on Lifecycle is one.
+type Pauser interface {
+	Pause()
+	Resume()
+}
+
+// Pause parks the device's worker between requests, so that its queue
+// positions and state can be read without racing it (a snapshot) and it
+// does no work while the VM stands still. The VMM pauses devices after
+// every vCPU is parked, so the driver cannot add work meanwhile;
+// notifications that still arrive wait for Resume.
+func (m *MMIO) Pause() {
+	m.lifecycle.Lock()
+	defer m.lifecycle.Unlock()
+	if p, ok := m.dev.(Pauser); ok {
+		p.Pause()
+	}
+}
+
+// Resume lets a paused device's worker continue where it stopped.
+func (m *MMIO) Resume() {
+	m.lifecycle.Lock()
+	defer m.lifecycle.Unlock()
+	if p, ok := m.dev.(Pauser); ok {
+		p.Resume()
+	}
+}
+
 // resetLocked resets registers and then the device; lifecycle held. The
 // device is reset after mu is released because its Reset waits for its
 // goroutine, which may be blocked in SignalUsed on mu; signals it sends in

@@ -202,6 +202,13 @@ func (q *Queue) Complete(c *Chain, written uint32, irq Interrupter, index int) e
 	if err := q.Push(c, written); err != nil {
 		return err
 	}
+	return q.Signal(irq, index)
+}
+
+// Signal raises the used-buffer interrupt for queue index if the driver
+// wants one for the chains pushed since the last call (NeedsInterrupt).
+// Devices that complete a batch push each chain and call it once.
+func (q *Queue) Signal(irq Interrupter, index int) error {
 	if q.NeedsInterrupt() {
 		if err := irq.SignalUsed(index); err != nil {
 			return fmt.Errorf("signal used buffers on queue %d: %w", index, err)

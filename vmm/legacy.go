@@ -48,19 +48,22 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 	}
 	reset := func() { m.stop(StopReboot, nil) }
 	for _, r := range []struct {
+		kind       string
 		base, size uint64
+		gsi        uint32
 		dev        devices.Device
 	}{
-		{serial.COM1Port, serial.RegisterCount, d.uart},
-		{i8042.DataPort, i8042.PortCount, i8042.New(reset)},
-		{power.SleepControlPort, power.PortCount, power.New(poweroff, reset)},
-		{boottimer.Port, 1, d.bootTimer.Timer},
-		{pvpanic.Port, 1, pvpanic.New(panicked)},
+		{"serial", serial.COM1Port, serial.RegisterCount, serial.COM1IRQ, d.uart},
+		{"i8042", i8042.DataPort, i8042.PortCount, 0, i8042.New(reset)},
+		{"power", power.SleepControlPort, power.PortCount, 0, power.New(poweroff, reset)},
+		{"boot-timer", boottimer.Port, 1, 0, d.bootTimer.Timer},
+		{"pvpanic", pvpanic.Port, 1, 0, pvpanic.New(panicked)},
 	} {
 		if err := m.pio.Register(r.base, r.size, r.dev); err != nil {
 			d.close()
 			return nil, err
 		}
+		m.deviceInfo = append(m.deviceInfo, DeviceInfo{Kind: r.kind, Bus: "pio", Addr: r.base, Size: r.size, GSI: r.gsi})
 	}
 	return d, nil
 }

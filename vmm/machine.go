@@ -31,15 +31,9 @@ type Config struct {
 	// ConsoleInput, if set, is typed into the guest's serial port.
 	ConsoleInput io.Reader
 
-	// Virtio devices, in the order the guest should find them (the first
-	// block device becomes /dev/vda). The machine owns them from New on:
-	// it resets them when it stops and closes those that have a Close method.
-	Virtio []virtio.Device
-
-	// Balloon adds a virtio-balloon device with free page reporting: memory
-	// the guest frees goes back to the host. The machine creates it because
-	// it acts on guest RAM.
-	Balloon bool
+	// Devices describes the virtio devices; the machine's device manager
+	// builds them (and the legacy devices) and owns them until Close.
+	Devices Devices
 }
 
 // StopReason says why a machine stopped.
@@ -81,18 +75,23 @@ const (
 
 // Machine is one virtual machine.
 type Machine struct {
-	cfg     Config
-	sys     *kvm.System
-	vm      *kvm.VM
-	mem     *memory.Guest
-	pio     *Bus
-	mmio    *Bus
-	vcpus   []*vcpu
-	legacy  *legacyDevices
-	devices []virtio.Device // cfg.Virtio, plus the balloon
-	virtio  []*virtioDevice
-	balloon *balloon.Device
-	entry   *boot.Entry
+	cfg   Config
+	sys   *kvm.System
+	vm    *kvm.VM
+	mem   *memory.Guest
+	pio   *Bus
+	mmio  *Bus
+	vcpus []*vcpu
+	entry *boot.Entry
+
+	// The device manager's state: what it built from cfg.Devices and
+	// where it put each device.
+	spec       Devices // cfg.Devices with identities filled in
+	legacy     *legacyDevices
+	devices    []virtio.Device // in guest order
+	virtio     []*virtioDevice // devices[i] on its transport, once wired
+	balloon    *balloon.Device // also in devices; nil without one
+	deviceInfo []DeviceInfo
 
 	processStart time.Time
 	firstRun     atomic.Int64 // unix nanos of vCPU 0's first KVM_RUN
@@ -111,17 +110,17 @@ type Machine struct {
 // devices and vCPUs exist and the kernel is loaded.
 func New(cfg Config) (_ *Machine, err error) {
 	if cfg.CPUs < 1 {
-		return nil, fmt.Errorf("--cpus %d: need at least 1 vCPU", cfg.CPUs)
+		return nil, fmt.Errorf("%d vCPUs: a machine needs at least 1", cfg.CPUs)
 	}
 	if cfg.CPUs > acpi.MaxCPUs {
 		// The MADT describes xAPIC IDs, one byte with 255 meaning broadcast.
-		return nil, fmt.Errorf("--cpus %d is above smol's limit of %d vCPUs", cfg.CPUs, acpi.MaxCPUs)
+		return nil, fmt.Errorf("%d vCPUs is above smol's limit of %d", cfg.CPUs, acpi.MaxCPUs)
 	}
 	if cfg.Memory < MinMemory {
-		return nil, fmt.Errorf("--mem %d MiB is too small: a Linux guest needs at least %d MiB", cfg.Memory>>20, MinMemory>>20)
+		return nil, fmt.Errorf("%d MiB of guest memory is too small: a Linux guest needs at least %d MiB", cfg.Memory>>20, MinMemory>>20)
 	}
 	if cfg.Memory%memory.PageSize != 0 {
-		return nil, fmt.Errorf("--mem %d is not a multiple of 4 KiB", cfg.Memory)
+		return nil, fmt.Errorf("guest memory of %d bytes is not a multiple of 4 KiB", cfg.Memory)
 	}
 	m := &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
 	m.pause.cond = sync.NewCond(&m.pause.mu)
@@ -136,15 +135,16 @@ func New(cfg Config) (_ *Machine, err error) {
 		}
 	}()
 	trace("vmm.New")
-	m.devices = cfg.Virtio
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
 	}
-	if cfg.Balloon {
-		if m.balloon, err = balloon.New(balloon.Config{Discarder: m.mem}); err != nil {
-			return nil, err
+	if m.devices, m.spec, err = openVirtio(cfg.Devices, m.mem); err != nil {
+		return nil, err
+	}
+	for _, dev := range m.devices {
+		if b, ok := dev.(*balloon.Device); ok {
+			m.balloon = b
 		}
-		m.devices = append(append([]virtio.Device(nil), cfg.Virtio...), m.balloon)
 	}
 	// Loading the kernel and initrd (mostly page faults on fresh guest
 	// memory) overlaps with creating the VM, which is mostly ioctls: the two
@@ -189,7 +189,7 @@ func (m *Machine) createKVMMachine() (err error) {
 		maxCPUs, _ = m.sys.CheckExtension(kvm.CapNrVCPUs)
 	}
 	if maxCPUs > 0 && m.cfg.CPUs > maxCPUs {
-		return fmt.Errorf("--cpus %d is above this host's KVM limit of %d vCPUs", m.cfg.CPUs, maxCPUs)
+		return fmt.Errorf("%d vCPUs is above this host's KVM limit of %d", m.cfg.CPUs, maxCPUs)
 	}
 	if err := m.createVM(); err != nil {
 		return err

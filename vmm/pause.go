@@ -12,9 +12,11 @@ import (
 // signals the vCPU thread, so KVM_RUN finishes any pending port or MMIO
 // access and returns at once; the loop then parks instead of re-entering.
 // The register state of a parked vCPU is therefore consistent (what a
-// snapshot will read). Device workers are not stopped: with every vCPU
-// parked the guest cannot give them new work, and what they finish is
-// delivered as interrupts the guest sees when it resumes.
+// snapshot will read). Once every vCPU is parked, every device's worker is
+// parked too (virtio.Lifecycle), between requests: its queue positions are
+// stable and readable without races, it touches no guest memory, and what
+// host sockets send meanwhile waits in them. Resume wakes the devices
+// first, then the vCPUs, so the guest finds its devices running.
 //
 // Lock order: pauser.mu is taken by Pause/Resume and by a vCPU parking;
 // kick and clearing immediate_exit both happen under it, so a Resume
@@ -52,6 +54,9 @@ func (m *Machine) Pause() error {
 	if m.stopping.Load() {
 		return ErrNotRunning
 	}
+	for _, vd := range m.virtio {
+		vd.transport.Pause()
+	}
 	return nil
 }
 
@@ -63,6 +68,9 @@ func (m *Machine) Resume() error {
 	defer p.mu.Unlock()
 	if !p.paused {
 		return nil
+	}
+	for _, vd := range m.virtio {
+		vd.transport.Resume()
 	}
 	p.paused = false
 	p.cond.Broadcast()

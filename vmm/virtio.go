@@ -58,6 +58,10 @@ func (m *Machine) addVirtioDevices() error {
 		}
 		vd := &virtioDevice{transport: virtio.NewMMIO(dev, m.mem, irq), irq: irq}
 		m.virtio = append(m.virtio, vd)
+		m.deviceInfo = append(m.deviceInfo, DeviceInfo{
+			Kind: kindOf(dev), Bus: "mmio", Addr: addr, Size: virtio.MMIOWindowSize, GSI: gsi,
+			Identity: identityOf(dev),
+		})
 		if err := m.mmio.Register(addr, virtio.MMIOWindowSize, vd.transport); err != nil {
 			return err
 		}

@@ -147,11 +147,11 @@ func machineCreate(args []string) error {
 	}
 	c := smol.MachineConfig{Name: names[0], Image: *image, Pull: policy, Insecure: *insecure, Progress: progressWriter(),
 		CPUs: *cpus, Workdir: *workdir, User: *user}
-	if *cpus < 1 || *cpus > 255 {
-		return usageError{fmt.Sprintf("--cpus %d: want 1 to 255", *cpus)}
-	}
 	if c.Memory, err = smol.ParseSize(*mem); err != nil {
 		return usageError{"--mem: " + err.Error()}
+	}
+	if err := checkShape(*cpus, c.Memory); err != nil {
+		return err
 	}
 	st, err := smol.ParseSize(*storage)
 	if err != nil {

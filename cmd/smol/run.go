@@ -67,8 +67,8 @@ func runCommand(args []string) (int, error) {
 	if err != nil {
 		return 0, usageError{"--mem: " + err.Error()}
 	}
-	if *cpus < 1 {
-		return 0, usageError{fmt.Sprintf("--cpus %d: need at least 1", *cpus)}
+	if err := checkShape(*cpus, memBytes); err != nil {
+		return 0, err
 	}
 
 	cfg := smol.Config{Kernel: *kernel, Initrd: *initrd, Cmdline: *cmdline, CPUs: *cpus, Memory: memBytes,
@@ -195,4 +195,18 @@ func parseDisk(arg string) (smol.Disk, error) {
 		return d, usageError{fmt.Sprintf("--disk %q: no path", arg)}
 	}
 	return d, nil
+}
+
+// checkShape holds --cpus and --mem to what smol can boot, naming the flag.
+func checkShape(cpus int, mem uint64) error {
+	if cpus < 1 || cpus > smol.MaxCPUs {
+		return usageError{fmt.Sprintf("--cpus %d: want 1 to %d", cpus, smol.MaxCPUs)}
+	}
+	if mem < smol.MinMemory {
+		return usageError{fmt.Sprintf("--mem %s is too small: a Linux guest needs at least %d MiB", humanSize(mem), smol.MinMemory>>20)}
+	}
+	if mem%4096 != 0 {
+		return usageError{fmt.Sprintf("--mem %d bytes: want a multiple of 4 KiB", mem)}
+	}
+	return nil
 }

@@ -34,6 +34,10 @@ type Device struct {
 	counters counters
 	stats    *statsBox
 
+	// Lifecycle runs the worker. Balloon traffic is light, so every queue
+	// shares one wake-up (index 0) and each wake-up looks at all of them.
+	*virtio.Lifecycle
+
 	mu     sync.Mutex // guards everything below
 	cfg    config
 	worker *worker // nil unless active
@@ -56,6 +60,7 @@ func New(cfg Config) (*Device, error) {
 		return nil, errors.New("balloon: no Discarder")
 	}
 	return &Device{
+		Lifecycle:    virtio.NewLifecycle("balloon", 1),
 		discard:      cfg.Discarder,
 		stats:        newStatsBox(),
 		cfg:          config{numPages: cfg.TargetPages},
@@ -129,7 +134,7 @@ func (d *Device) Activate(env virtio.Env) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.worker != nil {
-		return errors.New("balloon: activate: already active")
+		return fmt.Errorf("balloon: activate: %w", virtio.ErrAlreadyActive)
 	}
 	if d.restoring {
 		w.held = restoredStatsBuffer(w.statsQueue, d.restoredHead)
@@ -138,9 +143,12 @@ func (d *Device) Activate(env virtio.Env) error {
 	if w.held != nil {
 		d.stats.setHeld(int(w.held.Head))
 	}
+	w.statsReq = virtio.NewWakeup()
+	if err := d.Lifecycle.Activate(env, w.run); err != nil {
+		return err
+	}
 	d.irq = env.Interrupt
 	d.worker = w
-	w.start()
 	return nil
 }
 
@@ -162,11 +170,8 @@ func restoredStatsBuffer(q *virtio.Queue, head int) *virtio.Chain {
 
 // Notify implements virtio.Device; it never blocks.
 func (d *Device) Notify(queue int) {
-	d.mu.Lock()
-	w := d.worker
-	d.mu.Unlock()
-	if w != nil && queue >= 0 && queue < NumQueues {
-		w.kick()
+	if queue >= 0 && queue < NumQueues {
+		d.Lifecycle.Notify(0)
 	}
 }
 
@@ -183,8 +188,8 @@ func (d *Device) Reset() {
 		d.cfg.actual, d.cfg.poisonVal = 0, 0
 	}
 	d.mu.Unlock()
+	d.Lifecycle.Reset()
 	if w != nil {
-		w.stop()
 		d.stats.setHeld(-1)
 	}
 }

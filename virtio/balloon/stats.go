@@ -187,12 +187,13 @@ func (d *Device) RefreshStats(ctx context.Context) (Stats, time.Time, error) {
 		return Stats{}, time.Time{}, ErrStatsUnavailable
 	}
 	changed := d.stats.watch()
+	stopped := d.Lifecycle.Stopped()
 	w.requestStats()
 	select {
 	case <-changed:
 		s, at, _ := d.stats.get()
 		return s, at, nil
-	case <-w.task.Done():
+	case <-stopped:
 		return Stats{}, time.Time{}, fmt.Errorf("%w: the device was reset while waiting", ErrStatsUnavailable)
 	case <-ctx.Done():
 		return Stats{}, time.Time{}, fmt.Errorf("balloon: waiting for guest statistics: %w", ctx.Err())

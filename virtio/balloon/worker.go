@@ -27,34 +27,26 @@ type worker struct {
 	// fresh statistics; only the worker goroutine touches it.
 	held *virtio.Chain
 
-	wake     virtio.Wakeup   // the driver notified a queue
-	statsReq virtio.Wakeup   // the host wants fresh statistics
-	quit     <-chan struct{} // the task's stop channel, for checks between requests
-	task     *virtio.Task
+	statsReq virtio.Wakeup  // the host wants fresh statistics
+	life     *virtio.Worker // the lifecycle's view of this activation
 }
-
-func (w *worker) start() {
-	w.wake, w.statsReq = virtio.NewWakeup(), virtio.NewWakeup()
-	w.task = virtio.Go(w.run)
-}
-
-func (w *worker) kick() { w.wake.Signal() }
 
 func (w *worker) requestStats() { w.statsReq.Signal() }
 
-// stop ends the goroutine and waits for the request in progress.
-func (w *worker) stop() { w.task.Stop() }
-
-func (w *worker) run(stop <-chan struct{}) {
-	w.quit = stop
-	// Serve what the driver posted before DRIVER_OK, whose notifications
-	// the transport dropped: Linux primes the stats queue then.
-	w.drain()
+// run serves the queues until the device is reset. The lifecycle's first
+// wake-up serves what the driver posted before DRIVER_OK, whose
+// notifications the transport dropped: Linux primes the stats queue then.
+func (w *worker) run(life *virtio.Worker) {
+	w.life = life
 	for {
 		select {
-		case <-stop:
+		case <-life.Stop():
 			return
-		case <-w.wake.C():
+		case <-life.Pausing():
+			if !life.Park() {
+				return
+			}
+		case <-life.Wake(0):
 			w.drain()
 		case <-w.statsReq.C():
 			w.returnStatsBuffer()
@@ -62,7 +54,7 @@ func (w *worker) run(stop <-chan struct{}) {
 	}
 }
 
-func (w *worker) stopping() bool { return virtio.Stopped(w.quit) }
+func (w *worker) stopping() bool { return w.life.Interrupted() }
 
 // drain serves every queue until it is empty.
 func (w *worker) drain() {
@@ -115,10 +107,8 @@ func (w *worker) pop(q *virtio.Queue) (*virtio.Chain, bool) {
 }
 
 func (w *worker) interrupt(q *virtio.Queue, index int) {
-	if q.NeedsInterrupt() {
-		if err := w.irq.SignalUsed(index); err != nil {
-			w.counters.interruptErrors.Add(1)
-		}
+	if err := q.Signal(w.irq, index); err != nil {
+		w.counters.interruptErrors.Add(1)
 	}
 }
 

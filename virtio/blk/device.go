@@ -27,12 +27,9 @@ type Device struct {
 	features uint64
 	stats    stats
 
-	// wake carries Notify to the worker; it lives as long as the device
-	// so Notify never races with Activate or Reset over it.
-	wake virtio.Wakeup
+	*virtio.Lifecycle // the worker: Notify, Reset, Pause, Resume
 
-	mu   sync.Mutex   // guards the worker's lifecycle
-	task *virtio.Task // the running worker; nil while inactive
+	mu sync.Mutex // guards serial against Restore
 }
 
 var _ virtio.Device = (*Device)(nil)
@@ -51,11 +48,11 @@ func New(disk *Disk, opts Options) (*Device, error) {
 		return nil, err
 	}
 	return &Device{
-		disk:     disk,
-		serial:   serial,
-		config:   buildConfig(disk.Sectors(), disk.ReadOnly()),
-		features: offeredFeatures(disk.ReadOnly()),
-		wake:     virtio.NewWakeup(),
+		disk:      disk,
+		serial:    serial,
+		config:    buildConfig(disk.Sectors(), disk.ReadOnly()),
+		features:  offeredFeatures(disk.ReadOnly()),
+		Lifecycle: virtio.NewLifecycle("blk", 1),
 	}, nil
 }
 
@@ -110,52 +107,18 @@ func (d *Device) Activate(env virtio.Env) error {
 	if len(env.Queues) != 1 || env.Queues[0] == nil || !env.Queues[0].Ready() {
 		return errors.New("blk: activate: the request queue is not set up")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.task != nil {
-		return errors.New("blk: activate: already active")
-	}
 	w := &worker{
-		queue: env.Queues[0],
-		mem:   env.Mem,
-		irq:   env.Interrupt,
-		disk:  d.disk,
+		disk: d.disk,
 		lim: limits{
 			sectors:  d.disk.Sectors(),
 			readOnly: d.disk.ReadOnly(),
 			features: env.Features,
 		},
 		writeThrough: env.Features&FeatureFlush == 0,
-		serial:       d.serial, // Restore changes it only while inactive
+		serial:       d.Serial(), // Restore changes it only while inactive
 		stats:        &d.stats,
 	}
-	d.task = virtio.Go(func(stop <-chan struct{}) { w.run(stop, d.wake.C()) })
-	// Requests may already be waiting (made available before DRIVER_OK,
-	// or pending in a restored snapshot): look once without a Notify.
-	d.Notify(0)
-	return nil
-}
-
-// Notify wakes the worker. It never blocks: one pending wake-up covers any
-// number of notifications, since the worker drains the whole queue.
-func (d *Device) Notify(queue int) {
-	if queue == 0 {
-		d.wake.Signal()
-	}
-}
-
-// Reset stops the worker and waits for the request in progress to finish.
-// The disk stays open and the counters keep counting; the device can be
-// activated again.
-func (d *Device) Reset() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.task == nil {
-		return
-	}
-	d.task.Stop()
-	d.task = nil
-	d.wake.Clear() // a stale wake-up must not outlive the queue it was for
+	return d.Lifecycle.Activate(env, w.run)
 }
 
 // Close stops the device and closes its disk, releasing the image lock.

@@ -447,3 +447,23 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Errorf("reads after restore %d", got)
 	}
 }
+
+func TestPauseHoldsRequestsUntilResume(t *testing.T) {
+	r := newRig(t, 8*SectorSize, false, allFeatures)
+	r.do([][]byte{header(TypeFlush, 0)}, []uint32{1})
+	r.dev.Pause()
+	before := r.q.State()
+	r.drv.AddChain([][]byte{header(TypeFlush, 0)}, []uint32{1})
+	r.dev.Notify(0)
+	time.Sleep(50 * time.Millisecond)
+	if got := r.drv.Used(); len(got) != 0 {
+		t.Fatalf("a paused device completed %d requests", len(got))
+	}
+	if after := r.q.State(); after != before {
+		t.Fatalf("queue moved while paused: %+v -> %+v", before, after)
+	}
+	r.dev.Resume()
+	if u := r.drv.WaitUsed(1, waitTimeout); r.status(u[0]) != StatusOK {
+		t.Errorf("status %d after resume", r.status(u[0]))
+	}
+}

@@ -80,11 +80,11 @@ func (d *Device) State() State {
 // disk must look the same to the guest as when the snapshot was taken (same
 // capacity and mode), or the guest's view of it would be wrong.
 func (d *Device) Restore(s State) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.task != nil {
+	if d.Active() {
 		return fmt.Errorf("blk: restore into an active device")
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if s.Sectors != d.disk.Sectors() {
 		return fmt.Errorf("blk: restore: disk %s has %d sectors, the snapshot expects %d", d.disk.Path(), d.disk.Sectors(), s.Sectors)
 	}

@@ -15,9 +15,9 @@ const interruptBatch = 32
 // worker executes requests from the request queue. It owns the queue: only
 // its goroutine calls Pop and Push.
 type worker struct {
+	life  *virtio.Worker
 	queue *virtio.Queue
 	mem   virtio.Memory
-	irq   virtio.Interrupter
 	disk  *Disk
 	lim   limits
 	// writeThrough is set when the driver did not accept FLUSH: it then
@@ -28,29 +28,20 @@ type worker struct {
 	stats        *stats
 }
 
-// run waits for wake-ups and drains the queue until stop is closed.
-func (w *worker) run(stop, kick <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-kick:
-		}
-		w.drain(stop)
+// run waits for wake-ups and drains the queue until the device is reset.
+func (w *worker) run(life *virtio.Worker) {
+	w.life, w.queue, w.mem = life, life.Queues[0], life.Mem
+	for life.Wait(0) {
+		w.drain()
 	}
 }
 
 // drain completes every available request, then interrupts the driver if
-// it asked for it. It returns early when stop is closed, so Reset waits for
-// at most one request.
-func (w *worker) drain(stop <-chan struct{}) {
+// it asked for it. It returns early for a reset or a pause, so either waits
+// for at most one request.
+func (w *worker) drain() {
 	completed := 0
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for !w.life.Interrupted() {
 		chain, err := w.queue.Pop()
 		if err != nil {
 			// The queue consumed the bad head; nothing can be answered.
@@ -77,10 +68,8 @@ func (w *worker) drain(stop <-chan struct{}) {
 }
 
 func (w *worker) interrupt() {
-	if w.queue.NeedsInterrupt() {
-		if err := w.irq.SignalUsed(0); err != nil {
-			w.stats.interruptErrors.Add(1)
-		}
+	if err := w.life.Signal(0); err != nil {
+		w.stats.interruptErrors.Add(1)
 	}
 }
 

@@ -1,7 +1,6 @@
 package net
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,9 +29,7 @@ type Device struct {
 	backend Backend
 	stats   stats
 
-	// Notifications reach the worker through these; they live as long as
-	// the device so Notify never races with Activate or Reset.
-	rxWake, txWake virtio.Wakeup
+	*virtio.Lifecycle // the worker: Notify, Pause, Resume
 
 	mu         sync.Mutex // guards everything below
 	mac        [6]byte
@@ -42,8 +39,6 @@ type Device struct {
 	negotiated uint64
 	config     [configSize]byte
 	irq        virtio.Interrupter // while active, for link changes
-	cancel     context.CancelFunc
-	task       *virtio.Task // the worker and its backend waiter; nil while inactive
 }
 
 var _ virtio.Device = (*Device)(nil)
@@ -65,14 +60,13 @@ func New(backend Backend, opts Options) (*Device, error) {
 		features |= FeatureMTU
 	}
 	return &Device{
-		backend:  backend,
-		rxWake:   virtio.NewWakeup(),
-		txWake:   virtio.NewWakeup(),
-		mac:      opts.MAC,
-		mtu:      opts.MTU,
-		linkUp:   true,
-		features: features,
-		config:   buildConfig(opts.MAC, true, opts.MTU),
+		backend:   backend,
+		Lifecycle: virtio.NewLifecycle("virtio-net", 2),
+		mac:       opts.MAC,
+		mtu:       opts.MTU,
+		linkUp:    true,
+		features:  features,
+		config:    buildConfig(opts.MAC, true, opts.MTU),
 	}, nil
 }
 
@@ -162,53 +156,32 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.task != nil {
-		return errors.New("virtio-net: activate: already active")
+	if d.Active() {
+		return fmt.Errorf("virtio-net: activate: %w", virtio.ErrAlreadyActive)
 	}
 	if err := d.backend.SetOffloads(env.Features & OffloadFeatures); err != nil {
 		return fmt.Errorf("virtio-net: activate: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	w := newWorker(env, d.backend, &d.stats)
 	if env.Features&FeatureMTU != 0 {
 		w.mtu = d.mtu // the driver keeps its frames to it, so transmit can hold it to that
 	}
+	if err := d.Lifecycle.Activate(env, w.run); err != nil {
+		return err
+	}
 	d.negotiated = env.Features
 	d.irq = env.Interrupt
-	d.cancel = cancel
-	d.task = virtio.Go(
-		func(<-chan struct{}) { waitReadable(ctx, d.backend, w.arm, w.readable, &d.stats) }, // ends with ctx
-		func(stop <-chan struct{}) { w.run(stop, d.rxWake.C(), d.txWake.C()) },
-	)
 	return nil
-}
-
-// Notify wakes the worker for queue. It never blocks: one pending wake-up
-// covers any number of notifications, since the worker drains the queue.
-func (d *Device) Notify(queue int) {
-	switch queue {
-	case RxQueue:
-		d.rxWake.Signal()
-	case TxQueue:
-		d.txWake.Signal()
-	}
 }
 
 // Reset stops the worker and its helper and waits for them. A frame in
 // the middle of delivery is dropped; the counters keep counting and the
 // device can be activated again.
 func (d *Device) Reset() {
+	d.Lifecycle.Reset()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.task == nil {
-		return
-	}
-	d.cancel()
-	d.task.Stop()
-	d.cancel, d.task, d.irq = nil, nil, nil
-	// A stale wake-up must not outlive the queues it was for.
-	d.rxWake.Clear()
-	d.txWake.Clear()
+	d.irq = nil
+	d.mu.Unlock()
 }
 
 // Close stops the device and closes its backend (a TAP then disappears).

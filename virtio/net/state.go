@@ -100,7 +100,7 @@ func (d *Device) State() State {
 func (d *Device) Restore(s State) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.task != nil {
+	if d.Active() {
 		return fmt.Errorf("virtio-net: restore into an active device")
 	}
 	if err := validMAC(s.MAC); err != nil {

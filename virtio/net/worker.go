@@ -55,20 +55,36 @@ func newWorker(env virtio.Env, backend Backend, st *stats) *worker {
 	}
 }
 
-// run serves both queues until stop is closed. Receive work starts when the
-// driver adds receive buffers (rxKick) or the backend has a frame
-// (readable); transmit work when the driver sends (txKick). Both run once at
-// start: buffers made available before DRIVER_OK got no notification.
-func (w *worker) run(stop <-chan struct{}, rxKick, txKick <-chan struct{}) {
+// run serves both queues until the device is reset, with the backend
+// waiter beside it. Receive work starts when the driver adds receive
+// buffers or the backend has a frame (readable); transmit work when the
+// driver sends. Both run once at start: buffers made available before
+// DRIVER_OK got no notification. A pause parks the worker between turns,
+// keeping a held receive chain and a half-delivered frame for the resume.
+func (w *worker) run(life *virtio.Worker) {
+	ctx, cancel := context.WithCancel(context.Background())
+	waiter := make(chan struct{})
+	go func() {
+		defer close(waiter)
+		waitReadable(ctx, w.backend, w.arm, w.readable, w.stats)
+	}()
+	defer func() {
+		cancel()
+		<-waiter
+	}()
 	rxDue, txDue := true, true
 	for {
 		if !rxDue && !txDue {
 			select {
-			case <-stop:
+			case <-life.Stop():
 				return
-			case <-txKick:
+			case <-life.Pausing():
+				if !life.Park() {
+					return
+				}
+			case <-life.Wake(TxQueue):
 				txDue = true
-			case <-rxKick:
+			case <-life.Wake(RxQueue):
 				rxDue = true
 			case <-w.readable:
 				rxDue = true
@@ -77,14 +93,18 @@ func (w *worker) run(stop <-chan struct{}, rxKick, txKick <-chan struct{}) {
 		// Pick up the other direction's wake-ups too, so a busy
 		// direction cannot hide them.
 		select {
-		case <-stop:
+		case <-life.Stop():
 			return
-		case <-txKick:
+		case <-life.Pausing():
+			if !life.Park() {
+				return
+			}
+		case <-life.Wake(TxQueue):
 			txDue = true
 		default:
 		}
 		select {
-		case <-rxKick:
+		case <-life.Wake(RxQueue):
 			rxDue = true
 		case <-w.readable:
 			rxDue = true
@@ -110,10 +130,8 @@ func (w *worker) armWaiter(delay time.Duration) {
 
 // interrupt signals queue index if the driver wants it for what was pushed.
 func (w *worker) interrupt(q *virtio.Queue, index int) {
-	if q.NeedsInterrupt() {
-		if err := w.irq.SignalUsed(index); err != nil {
-			w.stats.interruptErrors.Add(1)
-		}
+	if err := q.Signal(w.irq, index); err != nil {
+		w.stats.interruptErrors.Add(1)
 	}
 }
 

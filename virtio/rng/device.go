@@ -1,9 +1,8 @@
 package rng
 
 import (
+	"crypto/rand"
 	"errors"
-	"fmt"
-	"sync"
 
 	"github.com/smolvm/smol/virtio"
 )
@@ -20,14 +19,13 @@ const MaxRequestBytes = 64 << 10
 // Device is a virtio-rng device. It has no configuration space and no
 // feature bits.
 type Device struct {
-	mu     sync.Mutex
-	worker *worker // nil unless activated
+	*virtio.Lifecycle // Notify, Reset, Pause, Resume
 }
 
 var _ virtio.Device = (*Device)(nil)
 
 // New returns an inactive entropy device.
-func New() *Device { return &Device{} }
+func New() *Device { return &Device{virtio.NewLifecycle("virtio-rng", 1)} }
 
 // ID implements virtio.Device.
 func (d *Device) ID() virtio.DeviceID { return virtio.IDRNG }
@@ -50,32 +48,6 @@ func (d *Device) Activate(env virtio.Env) error {
 	if len(env.Queues) != 1 || env.Queues[0] == nil {
 		return errors.New("virtio-rng: activate: the request queue is not enabled")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.worker != nil {
-		return fmt.Errorf("virtio-rng: activate: already active")
-	}
-	d.worker = startWorker(env.Queues[0], env.Interrupt)
-	return nil
-}
-
-// Notify implements virtio.Device; it never blocks.
-func (d *Device) Notify(queue int) {
-	d.mu.Lock()
-	w := d.worker
-	d.mu.Unlock()
-	if queue == 0 && w != nil {
-		w.kick()
-	}
-}
-
-// Reset implements virtio.Device: it stops the worker and waits for it.
-func (d *Device) Reset() {
-	d.mu.Lock()
-	w := d.worker
-	d.worker = nil
-	d.mu.Unlock()
-	if w != nil {
-		w.stop()
-	}
+	w := &worker{entropy: rand.Reader}
+	return d.Lifecycle.Activate(env, w.run)
 }

@@ -1,7 +1,6 @@
 package rng
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -10,44 +9,24 @@ import (
 	"github.com/smolvm/smol/virtio"
 )
 
-// worker serves the request queue on its own goroutine, which owns the
-// queue.
+// worker serves the request queue on the lifecycle's goroutine, which owns
+// the queue.
 type worker struct {
-	queue   *virtio.Queue
-	irq     virtio.Interrupter
 	entropy io.Reader
-	wake    virtio.Wakeup
-	task    *virtio.Task
 }
 
-func startWorker(q *virtio.Queue, irq virtio.Interrupter) *worker {
-	w := &worker{queue: q, irq: irq, entropy: rand.Reader, wake: virtio.NewWakeup()}
-	w.task = virtio.Go(w.run)
-	return w
-}
-
-func (w *worker) kick() { w.wake.Signal() }
-
-func (w *worker) stop() { w.task.Stop() }
-
-func (w *worker) run(stop <-chan struct{}) {
-	// Serve what the driver posted before DRIVER_OK, whose notifications
-	// the transport dropped.
-	w.serve(stop)
-	for {
-		select {
-		case <-stop:
-			return
-		case <-w.wake.C():
-			w.serve(stop)
-		}
+func (w *worker) run(life *virtio.Worker) {
+	for life.Wait(0) {
+		w.serve(life)
 	}
 }
 
-// serve completes every available request.
-func (w *worker) serve(stop <-chan struct{}) {
-	for !virtio.Stopped(stop) {
-		c, err := w.queue.Pop()
+// serve completes every available request, or stops early when the device
+// is reset or paused.
+func (w *worker) serve(life *virtio.Worker) {
+	q := life.Queues[0]
+	for !life.Interrupted() {
+		c, err := q.Pop()
 		if err != nil {
 			// The queue consumed the bad head; keep serving the rest.
 			slog.Debug("virtio-rng: skipping malformed request", "err", err)
@@ -63,7 +42,7 @@ func (w *worker) serve(stop <-chan struct{}) {
 		if err != nil {
 			slog.Debug("virtio-rng: request failed", "head", c.Head, "err", err)
 		}
-		if err := w.queue.Complete(c, n, w.irq, 0); err != nil {
+		if err := q.Complete(c, n, life.Interrupt, 0); err != nil {
 			slog.Warn("virtio-rng: complete request", "head", c.Head, "err", err)
 			return
 		}

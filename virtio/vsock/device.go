@@ -27,7 +27,9 @@ type Device struct {
 	cfg      Config // CID is authoritative in cid
 	cid      atomic.Uint64
 	listener *listener
-	notify   virtio.Wakeup // Notify's signal to the worker; lives as long as the device
+	// Lifecycle runs the worker; every queue shares one wake-up (index 0)
+	// because the worker looks at all three each time.
+	*virtio.Lifecycle
 
 	mu sync.Mutex
 	w  *worker // nil while inactive
@@ -51,7 +53,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{cfg: cfg, listener: l, notify: virtio.NewWakeup()}
+	d := &Device{cfg: cfg, listener: l, Lifecycle: virtio.NewLifecycle("vsock", 1)}
 	d.cid.Store(cfg.CID)
 	return d, nil
 }
@@ -105,45 +107,39 @@ func (d *Device) Activate(env virtio.Env) error {
 		return fmt.Errorf("vsock: activate: device closed")
 	}
 	if d.w != nil {
-		return fmt.Errorf("vsock: activate: already active")
+		return fmt.Errorf("vsock: activate: %w", virtio.ErrAlreadyActive)
 	}
-	stop := make(chan struct{})
-	host := newUnixHost(d.cfg.UDSPath, stop)
 	w := &worker{
 		cid:        d.CID(),
+		path:       d.cfg.UDSPath,
 		irq:        env.Interrupt,
-		mux:        newMuxer(d.CID(), host),
-		host:       host,
-		notify:     d.notify.C(),
 		incoming:   d.listener.incoming,
 		resetCalls: make(chan chan struct{}),
-		stop:       stop,
-		done:       make(chan struct{}),
 	}
 	copy(w.queues[:], env.Queues)
 	if d.resetOnActivate {
 		w.eventsOwed = 1
-		d.resetOnActivate = false
 	}
+	if err := d.Lifecycle.Activate(env, w.run); err != nil {
+		return err
+	}
+	d.resetOnActivate = false
 	d.w = w
-	go w.run()
 	return nil
 }
 
 // Notify implements virtio.Device. Every queue wakes the same worker, which
 // looks at all three.
-func (d *Device) Notify(queue int) { d.notify.Signal() }
+func (d *Device) Notify(queue int) { d.Lifecycle.Notify(0) }
 
-// Reset implements virtio.Device: it stops the worker, closes every host
-// connection and waits for all their goroutines. The listener stays: host
-// programs may connect again once the driver is back.
+// Reset implements virtio.Device: it stops the worker, which closes every
+// host connection and waits for all their goroutines. The listener stays:
+// host programs may connect again once the driver is back.
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.w != nil {
-		d.w.shutdown()
-		d.w = nil
-	}
+	d.Lifecycle.Reset()
+	d.w = nil
 }
 
 // SendTransportReset drops every connection and queues
@@ -154,6 +150,7 @@ func (d *Device) Reset() {
 func (d *Device) SendTransportReset() error {
 	d.mu.Lock()
 	w := d.w
+	stopped := d.Lifecycle.Stopped()
 	d.mu.Unlock()
 	if w == nil {
 		return ErrNotActive
@@ -164,7 +161,7 @@ func (d *Device) SendTransportReset() error {
 	reply := make(chan struct{})
 	select {
 	case w.resetCalls <- reply:
-	case <-w.done:
+	case <-stopped:
 		return ErrNotActive
 	}
 	<-reply

@@ -46,13 +46,13 @@ type hostEvent struct {
 type unixHost struct {
 	path   string
 	events chan hostEvent // unbuffered: an event is either taken or abandoned at stop
-	stop   chan struct{}
+	stop   <-chan struct{}
 	ctx    context.Context // cancelled at stop, to abandon dials
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newUnixHost(path string, stop chan struct{}) *unixHost {
+func newUnixHost(path string, stop <-chan struct{}) *unixHost {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &unixHost{path: path, events: make(chan hostEvent), stop: stop, ctx: ctx, cancel: cancel}
 }

@@ -25,24 +25,30 @@ const eventTransportReset = 0
 // touches the queues or the muxer while it runs.
 type worker struct {
 	cid    uint64
+	path   string                   // the device's Unix socket; host ports are path_PORT
 	queues [numQueues]*virtio.Queue // the event queue may be nil
 	irq    virtio.Interrupter
+	life   *virtio.Worker // set by run, like everything below
 	mux    *muxer
 	host   *unixHost
 
-	notify     <-chan struct{}     // the device's Notify signal
 	incoming   <-chan incomingConn // host programs from the device's listener
 	resetCalls chan chan struct{}  // SendTransportReset requests
-	stop       chan struct{}
-	done       chan struct{}
 
 	eventsOwed int                           // TRANSPORT_RESET events not yet delivered
 	pushed     [numQueues]bool               // queues with used entries not yet signalled
 	packet     [HeaderSize + MaxPayload]byte // one tx packet, copied out of the guest
 }
 
-func (w *worker) run() {
-	defer close(w.done)
+// run serves the queues and the host side until the device is reset, then
+// closes every host connection and waits for their goroutines. A pause
+// parks it with its connection table intact; host sockets meanwhile hold
+// their data (their goroutines wait to hand it over).
+func (w *worker) run(life *virtio.Worker) {
+	w.life = life
+	w.host = newUnixHost(w.path, life.Stop())
+	w.mux = newMuxer(w.cid, w.host)
+	defer w.shutdown()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -64,9 +70,13 @@ func (w *worker) run() {
 			continue
 		}
 		select {
-		case <-w.stop:
+		case <-life.Stop():
 			return
-		case <-w.notify:
+		case <-life.Pausing():
+			if !life.Park() {
+				return
+			}
+		case <-life.Wake(0):
 		case ev := <-w.host.events:
 			w.hostEvent(ev)
 		case in := <-w.incoming:
@@ -86,8 +96,10 @@ func (w *worker) run() {
 func (w *worker) serviceReady(timer <-chan time.Time) bool {
 	for range hostEventBudget {
 		select {
-		case <-w.stop:
+		case <-w.life.Stop():
 			return false
+		case <-w.life.Pausing():
+			return true // run parks when it next waits
 		case ev := <-w.host.events:
 			w.hostEvent(ev)
 		case in := <-w.incoming:
@@ -313,12 +325,9 @@ func (w *worker) signal() {
 	}
 }
 
-// shutdown stops the worker and everything it started, and waits for it:
-// the worker goroutine first (so the muxer is free), then every host socket,
-// then the socket goroutines.
+// shutdown closes everything the worker started, once its loop is over:
+// every host socket, then the socket goroutines.
 func (w *worker) shutdown() {
-	close(w.stop)
-	<-w.done
 	w.host.cancel()
 	w.mux.closeAll()
 	w.host.wg.Wait()

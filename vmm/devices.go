@@ -1,0 +1,193 @@
+package vmm
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/smolvm/smol/netdev/tap"
+	"github.com/smolvm/smol/virtio"
+	"github.com/smolvm/smol/virtio/balloon"
+	"github.com/smolvm/smol/virtio/blk"
+	vnet "github.com/smolvm/smol/virtio/net"
+	"github.com/smolvm/smol/virtio/rng"
+	"github.com/smolvm/smol/virtio/vsock"
+	"github.com/smolvm/smol/vmm/memory"
+)
+
+// Devices is the plain description of a machine's devices, from which the
+// device manager builds every one of them. It holds no open files, so it
+// can be written to a machine record or a snapshot and given to New again;
+// Machine.Devices returns it with every identity (MAC, CID) filled in.
+// The legacy PC devices (serial, i8042, ACPI power, boot timer, pvpanic)
+// are always there and need no description.
+type Devices struct {
+	Disks []Disk `json:"disks,omitempty"` // /dev/vda, /dev/vdb, ... in order
+	Net   *Net   `json:"net,omitempty"`
+	Vsock *Vsock `json:"vsock,omitempty"`
+	// Entropy adds a virtio-rng device: without one a guest kernel can
+	// wait a long time for getrandom() to unblock.
+	Entropy bool `json:"entropy,omitempty"`
+	// Balloon adds a virtio-balloon device with free page reporting:
+	// memory the guest frees goes back to the host.
+	Balloon bool `json:"balloon,omitempty"`
+}
+
+// Disk is a raw disk image given to the guest as a virtio block device.
+type Disk struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// Serial is what the guest reads as the disk's ID (at most 20 ASCII
+	// characters); empty means one derived from the file.
+	Serial string `json:"serial,omitempty"`
+}
+
+// Vsock gives the guest a virtio-vsock device whose host side is Unix
+// sockets: a guest connection to host port P reaches a listener at
+// Path_P; a host program connects to Path and writes "CONNECT P\n" to
+// reach guest port P.
+type Vsock struct {
+	Path string `json:"path"`
+	CID  uint64 `json:"cid,omitempty"` // the guest's context ID; 0 means 3
+}
+
+// Net connects the guest's virtio-net device to a TAP interface on the host
+// (created if it does not exist; creating one needs CAP_NET_ADMIN).
+type Net struct {
+	TAP string `json:"tap"`
+	MAC string `json:"mac,omitempty"` // the guest's MAC address; "" derives a stable one from TAP
+}
+
+// DeviceInfo says where the device manager put a device and what
+// identifies it to the guest.
+type DeviceInfo struct {
+	Kind     string // "blk", "net", "vsock", "rng", "balloon", "serial", "i8042", "power", "boot-timer", "pvpanic"
+	Bus      string // "mmio" or "pio"
+	Addr     uint64 // first register (MMIO address or port)
+	Size     uint64
+	GSI      uint32 // I/O APIC pin; 0 for devices without an interrupt
+	Identity string // what the guest sees of it: disk serial, MAC, CID
+}
+
+// openVirtio builds the virtio devices spec asks for, in guest order:
+// disks first so that the first disk is /dev/vda, the balloon last. Every
+// mistake (a missing disk, a disk in use by another VM, a bad socket path)
+// is found here, before the VM exists. It returns spec with the identities
+// it chose filled in.
+func openVirtio(spec Devices, mem *memory.Guest) (devs []virtio.Device, resolved Devices, err error) {
+	defer func() {
+		if err != nil {
+			for _, d := range devs {
+				closeDevice(d)
+			}
+			devs = nil
+		}
+	}()
+	resolved = spec
+	resolved.Disks = append([]Disk(nil), spec.Disks...)
+	for i, d := range spec.Disks {
+		disk, err := blk.Open(d.Path, d.ReadOnly)
+		if err != nil {
+			return devs, spec, err
+		}
+		dev, err := blk.New(disk, blk.Options{Serial: d.Serial})
+		if err != nil {
+			disk.Close()
+			return devs, spec, err
+		}
+		resolved.Disks[i].Serial = dev.Serial()
+		devs = append(devs, dev)
+	}
+	if spec.Net != nil {
+		dev, mac, err := openNet(*spec.Net)
+		if err != nil {
+			return devs, spec, err
+		}
+		resolved.Net = &Net{TAP: spec.Net.TAP, MAC: mac}
+		devs = append(devs, dev)
+	}
+	if spec.Vsock != nil {
+		dev, err := vsock.New(vsock.Config{CID: spec.Vsock.CID, UDSPath: spec.Vsock.Path})
+		if err != nil {
+			return devs, spec, err
+		}
+		resolved.Vsock = &Vsock{Path: spec.Vsock.Path, CID: dev.CID()}
+		devs = append(devs, dev)
+	}
+	if spec.Entropy {
+		devs = append(devs, rng.New())
+	}
+	if spec.Balloon {
+		dev, err := balloon.New(balloon.Config{Discarder: mem})
+		if err != nil {
+			return devs, spec, err
+		}
+		devs = append(devs, dev)
+	}
+	if len(devs) > MaxVirtioDevices {
+		return devs, spec, fmt.Errorf("%d virtio devices: smol supports at most %d", len(devs), MaxVirtioDevices)
+	}
+	return devs, resolved, nil
+}
+
+func openNet(n Net) (virtio.Device, string, error) {
+	var mac net.HardwareAddr
+	if n.MAC != "" {
+		var err error
+		if mac, err = tap.ParseMAC(n.MAC); err != nil {
+			return nil, "", err
+		}
+	}
+	t, err := tap.Create(n.TAP)
+	if err != nil {
+		return nil, "", err
+	}
+	if mac == nil {
+		mac = tap.MACFromName(t.Name())
+	}
+	dev, err := vnet.New(t, vnet.Options{MAC: [6]byte(mac)})
+	if err != nil {
+		t.Close()
+		return nil, "", err
+	}
+	return dev, mac.String(), nil
+}
+
+// identityOf is what the guest sees that tells this device from another
+// of its kind.
+func identityOf(dev virtio.Device) string {
+	switch d := dev.(type) {
+	case *blk.Device:
+		return d.Serial()
+	case *vnet.Device:
+		mac := d.MAC()
+		return net.HardwareAddr(mac[:]).String()
+	case *vsock.Device:
+		return fmt.Sprintf("cid %d", d.CID())
+	}
+	return ""
+}
+
+// kindOf names a virtio device for DeviceInfo.
+func kindOf(dev virtio.Device) string {
+	switch dev.ID() {
+	case virtio.IDBlock:
+		return "blk"
+	case virtio.IDNet:
+		return "net"
+	case virtio.IDVsock:
+		return "vsock"
+	case virtio.IDRNG:
+		return "rng"
+	case virtio.IDBalloon:
+		return "balloon"
+	}
+	return fmt.Sprintf("virtio-%d", dev.ID())
+}
+
+// Devices returns the machine's device description with every identity
+// filled in: given to New again, it gives the guest the same devices.
+func (m *Machine) Devices() Devices { return m.spec }
+
+// DeviceInfo lists every device the device manager built, legacy devices
+// first, then virtio devices in guest order.
+func (m *Machine) DeviceInfo() []DeviceInfo { return append([]DeviceInfo(nil), m.deviceInfo...) }
