@@ -238,17 +238,16 @@ func TestMachineLifecycle(t *testing.T) {
 				"mkdir -p /sys/fs/cgroup/frozen && echo 1 > /sys/fs/cgroup/frozen/cgroup.procs && "+
 				"(sleep 1; echo 1 > /sys/fs/cgroup/frozen/cgroup.freeze) >/dev/null 2>&1 &")
 		time.Sleep(2 * time.Second)
-		if code, _, _ := machineCLI(t, home, "exec", "m1", "--", "true"); code == 0 {
-			t.Fatal("the agent still answers: the guest did not freeze it")
-		}
 		start := time.Now()
 		code, _, stderr := machineCLI(t, home, "stop", "--timeout", "2s", "m1")
 		took := time.Since(start)
 		if code != 0 {
 			t.Fatalf("stop: exit %d, %q", code, stderr)
 		}
-		if took > 3500*time.Millisecond {
-			t.Errorf("stop --timeout 2s took %v", took)
+		// Under 2 s would mean the agent did answer: the guest did not
+		// freeze it, and the test proved nothing.
+		if took < 2*time.Second || took > 3500*time.Millisecond {
+			t.Errorf("stop --timeout 2s took %v, want 2 to 3.5 s", took)
 		}
 		if s := machineStatus(t, home, "m1"); s.State != "stopped" {
 			t.Errorf("after a timed-out stop: %s", s.State)
