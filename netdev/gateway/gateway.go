@@ -97,7 +97,7 @@ type Config struct {
 	Dialer Dialer
 	// Log receives one JSON line per flow and per DNS denial (the egress
 	// log); nil discards them.
-	Log io.Writer
+	Log    io.Writer
 	Limits Limits
 }
 

@@ -287,14 +287,14 @@ func TestHostileFrames(t *testing.T) {
 	before := r.gw.link.dropped.Load()
 	frames := [][]byte{
 		nil, {1, 2, 3},
-		eth(other, 0x0800, ipv4(guestIP, remote, 6)),                        // spoofed MAC
-		eth(guestMAC, 0x0800, ipv4([4]byte{10, 0, 2, 99}, remote, 6)),       // spoofed address
-		eth(guestMAC, 0x86dd, make([]byte, 60)),                             // IPv6
-		eth(guestMAC, 0x8100, make([]byte, 60)),                             // VLAN
-		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 47)),                    // GRE
-		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 1)),                     // ICMP to a remote host
-		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 6)[:20]),                // truncated
-		eth(guestMAC, 0x0806, make([]byte, 28)),                             // ARP from no one
+		eth(other, 0x0800, ipv4(guestIP, remote, 6)),                           // spoofed MAC
+		eth(guestMAC, 0x0800, ipv4([4]byte{10, 0, 2, 99}, remote, 6)),          // spoofed address
+		eth(guestMAC, 0x86dd, make([]byte, 60)),                                // IPv6
+		eth(guestMAC, 0x8100, make([]byte, 60)),                                // VLAN
+		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 47)),                       // GRE
+		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 1)),                        // ICMP to a remote host
+		eth(guestMAC, 0x0800, ipv4(guestIP, remote, 6)[:20]),                   // truncated
+		eth(guestMAC, 0x0806, make([]byte, 28)),                                // ARP from no one
 		append(eth(guestMAC, 0x0800, nil), bytes.Repeat([]byte{0xff}, 100)...), // garbage
 	}
 	for _, f := range frames {

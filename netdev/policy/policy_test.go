@@ -69,7 +69,7 @@ func TestHostRulesLearnFromAnswers(t *testing.T) {
 	}{
 		{TCP, "198.51.100.1:443", true},
 		{TCP, "198.51.100.1:80", true},
-		{TCP, "198.51.100.1:22", false}, // not one of the name's ports
+		{TCP, "198.51.100.1:22", false},  // not one of the name's ports
 		{UDP, "198.51.100.1:443", false}, // QUIC
 		{TCP, "198.51.100.2:443", false},
 		{TCP, "198.51.100.3:8443", true},
