@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/kvm"
+	"github.com/smolvm/smol/netdev/gateway"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/vmm"
 	"github.com/smolvm/smol/vmm/acpi"
@@ -56,8 +57,11 @@ type Config struct {
 	ConsoleInput io.Reader // typed into the guest's serial port; may be nil
 
 	Disks []Disk // virtio block devices: /dev/vda, /dev/vdb, ...
-	Net   *Net   // optional network device on a host TAP
+	Net   *Net   // optional network: smol's userspace gateway, or a host TAP
 	Vsock *Vsock // optional host<->guest sockets
+	// EgressLog receives the gateway's egress log, one JSON line per flow
+	// and per denied name (gateway.Event); nil discards it.
+	EgressLog io.Writer
 
 	// NoBalloon leaves out the balloon device, through which memory the
 	// guest frees goes back to the host (free page reporting).
@@ -76,8 +80,11 @@ type Disk = vmm.Disk
 // sockets (see vmm.Vsock).
 type Vsock = vmm.Vsock
 
-// Net connects the guest's virtio-net device to a TAP interface on the host
-// (see vmm.Net).
+// Net gives the guest a network device: by default behind smol's
+// userspace gateway, with an optional egress policy (AllowHosts,
+// AllowCIDRs); with TAP set, on a host TAP interface instead (see vmm.Net).
+// Behind the gateway, a guest running smol's agent configures itself
+// (address, route, resolver) at boot.
 type Net = vmm.Net
 
 // Exit describes how a VM ended.
@@ -108,6 +115,11 @@ func Start(cfg Config) (*Machine, error) {
 		cfg.Memory = DefaultMemory
 	}
 	cmdline := DefaultCmdline
+	if cfg.Net != nil && cfg.Net.TAP == "" {
+		// For the agent (guest/agent/net.go): the guest's side of the
+		// gateway's link.
+		cmdline += fmt.Sprintf(" smol.net=%s/%d,%s", gateway.GuestIP, gateway.Subnet.Bits(), gateway.GatewayIP)
+	}
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
@@ -119,6 +131,7 @@ func Start(cfg Config) (*Machine, error) {
 		Memory:       cfg.Memory,
 		Console:      cfg.Console,
 		ConsoleInput: cfg.ConsoleInput,
+		EgressLog:    cfg.EgressLog,
 		Devices: vmm.Devices{
 			Disks:   cfg.Disks,
 			Net:     cfg.Net,

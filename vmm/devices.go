@@ -2,8 +2,12 @@ package vmm
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 
+	"github.com/smolvm/smol/netdev/gateway"
+	"github.com/smolvm/smol/netdev/policy"
 	"github.com/smolvm/smol/netdev/tap"
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
@@ -50,12 +54,30 @@ type Vsock struct {
 	CID  uint64 `json:"cid,omitempty"` // the guest's context ID; 0 means 3
 }
 
-// Net connects the guest's virtio-net device to a TAP interface on the host
-// (created if it does not exist; creating one needs CAP_NET_ADMIN).
+// Net gives the guest a virtio-net device. By default its backend is
+// smol's userspace gateway (package netdev/gateway): rootless, every
+// outbound TCP and UDP flow re-originated as a socket of this process
+// under the egress policy, DNS answered by the gateway. With TAP set it is
+// a host TAP interface instead (created if it does not exist, which needs
+// CAP_NET_ADMIN), configured by whoever set it up, with no policy.
 type Net struct {
-	TAP string `json:"tap"`
-	MAC string `json:"mac,omitempty"` // the guest's MAC address; "" derives a stable one from TAP
+	TAP string `json:"tap,omitempty"`
+	// MAC is the guest's MAC address; "" derives a stable one from TAP,
+	// or is GatewayGuestMAC.
+	MAC string `json:"mac,omitempty"`
+	// AllowHosts and AllowCIDRs are the gateway's egress rules
+	// (--allow-host, --allow-cidr; package netdev/policy): with any,
+	// everything else is denied.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	AllowCIDRs []string `json:"allow_cidrs,omitempty"`
+	// DNS lists the gateway's upstream resolvers (host:port); empty means
+	// the nameservers of the host's /etc/resolv.conf.
+	DNS []string `json:"dns,omitempty"`
 }
+
+// GatewayGuestMAC is the guest's MAC address behind the gateway unless
+// Net.MAC says otherwise.
+const GatewayGuestMAC = "52:54:00:12:34:56"
 
 // DeviceInfo says where the device manager put a device and what
 // identifies it to the guest.
@@ -73,7 +95,7 @@ type DeviceInfo struct {
 // mistake (a missing disk, a disk in use by another VM, a bad socket path)
 // is found here, before the VM exists. It returns spec with the identities
 // it chose filled in.
-func openVirtio(spec Devices, mem *memory.Guest) (devs []virtio.Device, resolved Devices, err error) {
+func openVirtio(spec Devices, mem *memory.Guest, egressLog io.Writer) (devs []virtio.Device, resolved Devices, err error) {
 	defer func() {
 		if err != nil {
 			for _, d := range devs {
@@ -98,11 +120,13 @@ func openVirtio(spec Devices, mem *memory.Guest) (devs []virtio.Device, resolved
 		devs = append(devs, dev)
 	}
 	if spec.Net != nil {
-		dev, mac, err := openNet(*spec.Net)
+		dev, mac, err := openNet(*spec.Net, egressLog)
 		if err != nil {
 			return devs, spec, err
 		}
-		resolved.Net = &Net{TAP: spec.Net.TAP, MAC: mac}
+		n := *spec.Net
+		n.MAC = mac
+		resolved.Net = &n
 		devs = append(devs, dev)
 	}
 	if spec.Vsock != nil {
@@ -129,7 +153,13 @@ func openVirtio(spec Devices, mem *memory.Guest) (devs []virtio.Device, resolved
 	return devs, resolved, nil
 }
 
-func openNet(n Net) (virtio.Device, string, error) {
+func openNet(n Net, egressLog io.Writer) (virtio.Device, string, error) {
+	if n.TAP == "" {
+		return openGateway(n, egressLog)
+	}
+	if len(n.AllowHosts) > 0 || len(n.AllowCIDRs) > 0 || len(n.DNS) > 0 {
+		return nil, "", fmt.Errorf("an egress policy or DNS servers need smol's gateway, not TAP %s", n.TAP)
+	}
 	var mac net.HardwareAddr
 	if n.MAC != "" {
 		var err error
@@ -150,6 +180,76 @@ func openNet(n Net) (virtio.Device, string, error) {
 		return nil, "", err
 	}
 	return dev, mac.String(), nil
+}
+
+// openGateway starts the userspace gateway for n and a NIC on it. The
+// policy's floor gets every address of this host: a guest must not reach
+// services that listen only on it.
+func openGateway(n Net, egressLog io.Writer) (virtio.Device, string, error) {
+	mac, err := tap.ParseMAC(cmpOr(n.MAC, GatewayGuestMAC))
+	if err != nil {
+		return nil, "", err
+	}
+	rules, err := policy.ParseRules(n.AllowHosts, n.AllowCIDRs)
+	if err != nil {
+		return nil, "", err
+	}
+	rules.Floor = append(hostAddresses(), netip.PrefixFrom(gateway.GatewayIP, 32))
+	var resolvers []string
+	for _, s := range n.DNS {
+		r, err := resolverAddress(s)
+		if err != nil {
+			return nil, "", err
+		}
+		resolvers = append(resolvers, r)
+	}
+	gw, err := gateway.New(gateway.Config{GuestMAC: [6]byte(mac), Policy: policy.New(rules), Resolvers: resolvers, Log: egressLog})
+	if err != nil {
+		return nil, "", err
+	}
+	dev, err := vnet.New(gw, vnet.Options{MAC: [6]byte(mac), MTU: gateway.MTU})
+	if err != nil {
+		gw.Close()
+		return nil, "", err
+	}
+	return dev, mac.String(), nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// resolverAddress checks a DNS server address, ADDR or ADDR:PORT.
+func resolverAddress(s string) (string, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.String(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), nil
+	}
+	return "", fmt.Errorf("DNS server %q: want an IP address, optionally with :PORT", s)
+}
+
+// hostAddresses lists this host's own addresses, as single-address
+// prefixes.
+func hostAddresses() []netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
 }
 
 // identityOf is what the guest sees that tells this device from another

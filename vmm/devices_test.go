@@ -40,7 +40,7 @@ func TestDeviceManagerBuildsFromASpec(t *testing.T) {
 		Entropy: true,
 		Balloon: true,
 	}
-	devs, resolved, err := openVirtio(spec, testMemory(t))
+	devs, resolved, err := openVirtio(spec, testMemory(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +91,11 @@ func TestDeviceManagerReleasesWhatItOpenedOnError(t *testing.T) {
 		Disks: []Disk{{Path: disk}, {Path: filepath.Join(dir, "missing.img")}},
 		Vsock: &Vsock{Path: sock},
 	}
-	if _, _, err := openVirtio(spec, testMemory(t)); err == nil || !strings.Contains(err.Error(), "missing.img") {
+	if _, _, err := openVirtio(spec, testMemory(t), nil); err == nil || !strings.Contains(err.Error(), "missing.img") {
 		t.Fatalf("err = %v, want one naming the missing disk", err)
 	}
 	// The first disk is free again: opening it read-write succeeds.
-	devs, _, err := openVirtio(Devices{Disks: []Disk{{Path: disk}}}, testMemory(t))
+	devs, _, err := openVirtio(Devices{Disks: []Disk{{Path: disk}}}, testMemory(t), nil)
 	if err != nil {
 		t.Fatalf("first disk still held: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestDeviceManagerReleasesWhatItOpenedOnError(t *testing.T) {
 	for range MaxVirtioDevices {
 		spec.Disks = append(spec.Disks, Disk{Path: disk, ReadOnly: true})
 	}
-	_, _, err = openVirtio(spec, testMemory(t))
+	_, _, err = openVirtio(spec, testMemory(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("%d devices: err = %v", MaxVirtioDevices+1, err)
 	}

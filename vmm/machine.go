@@ -34,6 +34,9 @@ type Config struct {
 	// Devices describes the virtio devices; the machine's device manager
 	// builds them (and the legacy devices) and owns them until Close.
 	Devices Devices
+	// EgressLog receives the network gateway's egress log (JSON lines);
+	// nil discards it.
+	EgressLog io.Writer
 }
 
 // StopReason says why a machine stopped.
@@ -138,7 +141,7 @@ func New(cfg Config) (_ *Machine, err error) {
 	if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
 	}
-	if m.devices, m.spec, err = openVirtio(cfg.Devices, m.mem); err != nil {
+	if m.devices, m.spec, err = openVirtio(cfg.Devices, m.mem, cfg.EgressLog); err != nil {
 		return nil, err
 	}
 	for _, dev := range m.devices {

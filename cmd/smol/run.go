@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/machine"
 	"github.com/spf13/pflag"
 )
 
@@ -24,6 +25,8 @@ func runCommand(args []string) (int, error) {
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
 	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
 	disks := fs.StringArray("disk", nil, "raw disk image as a virtio block device, PATH or PATH:ro; repeatable, the first is /dev/vda")
+	network := addNetFlags(fs)
+	egressLog := fs.String("egress-log", "", "append the network gateway's egress log (one JSON line per flow and denied name) to FILE, kept under 2 MiB")
 	netTAP := fs.String("net-tap", "", "give the guest a network device on host TAP interface NAME (created if needed; needs CAP_NET_ADMIN)")
 	mac := fs.String("mac", "", "the guest's MAC address with --net-tap (default: derived from the TAP name)")
 	vsockPath := fs.String("vsock", "", "give the guest a vsock device whose host side is the Unix socket PATH (guest connections to port P go to PATH_P)")
@@ -80,10 +83,27 @@ func runCommand(args []string) (int, error) {
 		}
 		cfg.Disks = append(cfg.Disks, disk)
 	}
-	if *netTAP != "" {
+	if cfg.Net, err = network.config(); err != nil {
+		return 0, err
+	}
+	switch {
+	case *netTAP != "" && cfg.Net != nil:
+		return 0, usageError{"--net-tap cannot be used with --net, --allow-host, --allow-cidr or --dns (they need smol's gateway)"}
+	case *netTAP != "":
 		cfg.Net = &smol.Net{TAP: *netTAP, MAC: *mac}
-	} else if *mac != "" {
+	case *mac != "":
 		return 0, usageError{"--mac needs --net-tap"}
+	}
+	if *egressLog != "" {
+		if cfg.Net == nil || cfg.Net.TAP != "" {
+			return 0, usageError{"--egress-log needs --net"}
+		}
+		log, err := machine.OpenLog(*egressLog)
+		if err != nil {
+			return 0, fmt.Errorf("--egress-log: %w", err)
+		}
+		defer log.Close()
+		cfg.EgressLog = log
 	}
 	if *vsockPath != "" {
 		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}

@@ -10,6 +10,8 @@
 // command runs in the initramfs itself (the busybox default root).
 // smol.upper=DEVICE names an ext4 disk that holds the root's writable
 // layer (a persistent machine's); without it writes go to memory.
+// smol.net=ADDRESS/PREFIX,GATEWAY configures the network interface for
+// smol's userspace gateway (net.go).
 package main
 
 import (
@@ -36,6 +38,9 @@ func main() {
 		fatal(err)
 	}
 	linkDevices()
+	if err := configureNetwork(); err != nil {
+		logf("network: %v", err) // the command runs, without the network
+	}
 	reaper := pid1.NewReaper()
 
 	// Listen before telling the host we are up: once the boot command

@@ -17,6 +17,10 @@
 //	nettool tcp-recv ADDR SECONDS      read what ADDR streams for SECONDS; print the rate
 //	nettool vsock-send CID PORT SECONDS, nettool vsock-recv CID PORT SECONDS
 //	                                   the same over vsock
+//	nettool resolve NAME [SERVER]      print NAME's addresses (asking SERVER host:port if given)
+//	nettool get URL                    print the body of an HTTP GET
+//	nettool dial ADDR                  TCP connect to ADDR; print how long it took
+//	nettool udp-echo ADDR N            send N datagrams to ADDR and check the echoes
 //
 // Measurements print one line each, "nettool-result NAME VALUE UNIT" (MB
 // is 10^6 bytes), for a benchmark reading the console; a failed measurement
@@ -71,6 +75,19 @@ func main() {
 		cid, port := uint32(atoi(args[0])), uint32(atoi(args[1]))
 		dial := func() (streamConn, error) { return dialVsockStream(cid, port) }
 		check(streamBench(os.Args[1], dial, os.Args[1] == "vsock-send", seconds(args[2])))
+	case "resolve":
+		server := ""
+		if len(args) > 1 {
+			server = args[1]
+		}
+		check(resolve(args[0], server))
+	case "get":
+		check(get(args[0]))
+	case "dial":
+		check(dial(args[0]))
+	case "udp-echo":
+		need(2)
+		check(udpEcho(args[0], atoi(args[1])))
 	default:
 		usage()
 	}

@@ -113,3 +113,33 @@ func parsePort(s string) (uint16, error) {
 	}
 	return uint16(n), nil
 }
+
+// ParseRules parses the --allow-host and --allow-cidr values of one
+// guest, refusing duplicates.
+func ParseRules(hosts, cidrs []string) (Config, error) {
+	var cfg Config
+	seen := map[string]bool{}
+	for _, s := range hosts {
+		r, err := ParseHost(s)
+		if err != nil {
+			return Config{}, err
+		}
+		if seen["host "+r.String()] {
+			return Config{}, fmt.Errorf("--allow-host %q is given twice", s)
+		}
+		seen["host "+r.String()] = true
+		cfg.Hosts = append(cfg.Hosts, r)
+	}
+	for _, s := range cidrs {
+		r, err := ParseCIDR(s)
+		if err != nil {
+			return Config{}, err
+		}
+		if seen["cidr "+r.String()] {
+			return Config{}, fmt.Errorf("--allow-cidr %q is given twice", s)
+		}
+		seen["cidr "+r.String()] = true
+		cfg.CIDRs = append(cfg.CIDRs, r)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,263 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/smolvm/smol/guest/initramfs"
+	"github.com/vishvananda/netns"
+)
+
+// fakeInternet is a network namespace standing in for the internet,
+// joined to the box by a veth pair: the box's end (inetHostIP) is one of
+// the host's own addresses, which the gateway's floor keeps from guests;
+// the far end holds two "public" addresses with an HTTP server each, a
+// TCP and UDP echo service and the DNS server the gateway is told to ask.
+const (
+	inetNS     = "smolinet"
+	inetHostIP = "192.0.2.1"
+	allowedIP  = "192.0.2.2" // allowed.test; also the DNS server and the echo services
+	deniedIP   = "192.0.2.3" // denied.test
+)
+
+func fakeInternet(t *testing.T) {
+	t.Helper()
+	sh := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	exec.Command("ip", "netns", "del", inetNS).Run()
+	sh("netns", "add", inetNS)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", inetNS).Run() })
+	sh("link", "add", "smolinet0", "type", "veth", "peer", "name", "smolinet1", "netns", inetNS)
+	sh("addr", "add", inetHostIP+"/24", "dev", "smolinet0")
+	sh("link", "set", "smolinet0", "up")
+	sh("-n", inetNS, "addr", "add", allowedIP+"/24", "dev", "smolinet1")
+	sh("-n", inetNS, "addr", "add", deniedIP+"/24", "dev", "smolinet1")
+	sh("-n", inetNS, "link", "set", "smolinet1", "up")
+	sh("-n", inetNS, "link", "set", "lo", "up")
+
+	listenIn(t, func() {
+		for ip, body := range map[string]string{allowedIP: "allowed-body", deniedIP: "denied-body"} {
+			l, err := net.Listen("tcp", ip+":80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			go serveHTTPBody(l, body)
+		}
+		l, err := net.Listen("tcp", allowedIP+":7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		serveEcho(l)
+		pc, err := net.ListenPacket("udp", allowedIP+":7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 65536)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(buf[:n], from)
+			}
+		}()
+		dnsPC, err := net.ListenPacket("udp", allowedIP+":53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &dns.Server{PacketConn: dnsPC, Handler: dns.HandlerFunc(answerTestNames)}
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	})
+}
+
+// listenIn runs fn on a thread inside the fake internet's namespace: the
+// sockets it opens stay there after the thread goes back.
+func listenIn(t *testing.T, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.GetFromName(inetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Set(orig)
+	fn()
+}
+
+var testNames = map[string]string{
+	"allowed.test.": allowedIP,
+	"denied.test.":  deniedIP,
+	"meta.test.":    "169.254.169.254",
+	"host.test.":    inetHostIP,
+}
+
+func answerTestNames(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	q := r.Question[0]
+	ip, ok := testNames[strings.ToLower(q.Name)]
+	switch {
+	case !ok:
+		m.Rcode = dns.RcodeNameError
+	case q.Qtype == dns.TypeA:
+		rr, _ := dns.NewRR(fmt.Sprintf("%s 300 IN A %s", q.Name, ip))
+		m.Answer = append(m.Answer, rr)
+	case q.Qtype == dns.TypeAAAA:
+		rr, _ := dns.NewRR(fmt.Sprintf("%s 300 IN AAAA 2001:db8::2", q.Name))
+		m.Answer = append(m.Answer, rr)
+	}
+	w.WriteMsg(m)
+}
+
+func serveHTTPBody(l net.Listener, body string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 4096)
+			c.Read(buf) // one small request
+			fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}()
+	}
+}
+
+// agentInitramfs is smol's agent initramfs with nettool added.
+func agentInitramfs(t *testing.T) string {
+	t.Helper()
+	a := initramfs.New()
+	if err := a.AddHostFile("init", artifact(t, "build/agent", "guest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddHostFile("bin/nettool", artifact(t, "build/nettool", "guest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddBusybox("/bin/busybox", initramfs.BusyboxApplets...); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "agent.cpio")
+	if err := a.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestGatewayNetwork: no network without --net; with it, names resolve
+// through the gateway and TCP and UDP reach the fake internet; with
+// --allow-host only the allowed name works, and every way around that
+// (its neighbour's address, a foreign resolver, rebinding to metadata,
+// IPv6, the host's own address) fails fast and is in the egress log.
+func TestGatewayNetwork(t *testing.T) {
+	fakeInternet(t)
+	home := t.TempDir()
+	initrd := agentInitramfs(t)
+	run := func(args []string, script string) (int, string, string) {
+		t.Helper()
+		full := append([]string{"run", "--cpus", "1", "--mem", "256M", "--initrd", initrd}, args...)
+		return smolRun(t, home, nil, append(full, "--", "sh", "-c", script)...)
+	}
+
+	t.Run("no network without --net", func(t *testing.T) {
+		code, out, stderr := run(nil, "ls /sys/class/net")
+		if code != 0 || strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
+			t.Errorf("exit %d, interfaces %q, stderr %q", code, out, stderr)
+		}
+	})
+
+	t.Run("--net", func(t *testing.T) {
+		bulk := 8 << 20
+		if os.Getenv("SMOL_NET_STRESS") == "1" {
+			bulk = 100 << 20
+		}
+		code, out, stderr := run([]string{"--net", "--dns", allowedIP},
+			"nettool resolve allowed.test && nettool get http://allowed.test/ && echo && nettool get http://denied.test/ && echo && "+
+				fmt.Sprintf("nettool tcp-echo %s:7 %d 1 && nettool udp-echo %s:7 5", allowedIP, bulk, allowedIP))
+		for _, want := range []string{allowedIP, "allowed-body", "denied-body", "udp echo " + allowedIP + ":7: 5 datagrams"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+		if code != 0 {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, stderr)
+		}
+	})
+
+	t.Run("--allow-host", func(t *testing.T) {
+		egress := filepath.Join(t.TempDir(), "egress.log")
+		script := strings.Join([]string{
+			"nettool get http://allowed.test/; echo; echo allowed=$?",
+			"nettool resolve denied.test; echo denied-name=$?",
+			"nettool dial " + deniedIP + ":80; echo denied-ip=$?",
+			"nettool resolve denied.test 8.8.8.8:53; echo foreign-resolver=$?",
+			"nettool resolve allowed.test 203.0.113.1:53; echo foreign-allowed=$?",
+			"nettool resolve meta.test; nettool dial 169.254.169.254:80; echo metadata=$?",
+			"nettool dial " + inetHostIP + ":80; echo host-address=$?",
+			"nettool dial [2001:db8::2]:80; echo ipv6=$?",
+		}, "; ")
+		code, out, stderr := run([]string{"--allow-host", "allowed.test", "--allow-host", "meta.test", "--dns", allowedIP, "--egress-log", egress}, script)
+		if code != 0 {
+			t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, stderr)
+		}
+		want := map[string]string{"allowed": "0", "denied-name": "1", "denied-ip": "1", "foreign-resolver": "1", "foreign-allowed": "0", "metadata": "1", "host-address": "1", "ipv6": "1"}
+		for key, status := range want {
+			if !strings.Contains(out, key+"="+status+"\n") {
+				t.Errorf("%s: want status %s", key, status)
+			}
+		}
+		if !strings.Contains(out, "allowed-body") {
+			t.Error("the allowed fetch got no body")
+		}
+		// Refusals are resets, at once: never a hang.
+		for _, line := range strings.Split(stderr, "\n") {
+			if strings.Contains(line, "dial "+deniedIP) && !strings.Contains(line, "refused") {
+				t.Errorf("denied address: %q, want connection refused", line)
+			}
+			if strings.Contains(line, "(after ") && !strings.Contains(line, "network is unreachable") {
+				var ms int
+				fmt.Sscanf(line[strings.Index(line, "(after ")+7:], "%d", &ms)
+				if ms > 1000 {
+					t.Errorf("a refusal took %d ms: %q", ms, line)
+				}
+			}
+		}
+		log, err := os.ReadFile(egress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, denial := range []string{`"dst":"` + deniedIP + `:80","allowed":false`, `"name":"denied.test. A","allowed":false`, `"dst":"169.254.169.254:80","allowed":false`, `"dst":"` + inetHostIP + `:80","allowed":false`} {
+			if !strings.Contains(string(log), denial) {
+				t.Errorf("egress log lacks %s", denial)
+			}
+		}
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s\negress log:\n%s", out, stderr, log)
+		}
+	})
+}
