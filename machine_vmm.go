@@ -96,6 +96,15 @@ func ServeMachine(name string) (err error) {
 	for _, d := range spec.Disks {
 		cfg.Disks = append(cfg.Disks, Disk{Path: d.Path, ReadOnly: d.ReadOnly})
 	}
+	if n := spec.Net; n != nil {
+		cfg.Net = &Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
+		egress, err := machine.OpenLog(st.Path(name, machine.EgressLog))
+		if err != nil {
+			return err
+		}
+		defer egress.Close()
+		cfg.EgressLog = egress
+	}
 	if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
 		return err
 	}

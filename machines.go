@@ -40,6 +40,11 @@ type MachineConfig struct {
 	Env     []string
 	Workdir string
 	User    string
+
+	// Net gives the machine a network behind smol's userspace gateway
+	// (AllowHosts, AllowCIDRs and DNS apply; a TAP is refused); nil: none.
+	// Its egress log is kept with the machine (Events).
+	Net *Net
 }
 
 // DefaultStorage is the size of a machine's writable layer: a sparse
@@ -88,6 +93,12 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 	}
 	if spec.Storage == 0 {
 		spec.Storage = DefaultStorage
+	}
+	if n := c.Net; n != nil {
+		if n.TAP != "" || n.MAC != "" {
+			return nil, errors.New("a machine's network is smol's gateway: it takes no TAP or MAC")
+		}
+		spec.Net = &machine.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
 	}
 	for _, d := range c.Disks {
 		p, err := filepath.Abs(d.Path)
@@ -524,7 +535,19 @@ func (m *NamedMachine) Remove(ctx context.Context, force bool) error {
 // older part first); with follow it keeps copying as the log grows until
 // ctx ends.
 func (m *NamedMachine) Logs(ctx context.Context, w io.Writer, follow bool) error {
-	path := m.store.Path(m.spec.Name, machine.ConsoleLog)
+	return followLog(ctx, w, m.store.Path(m.spec.Name, machine.ConsoleLog), follow)
+}
+
+// Events writes the machine's egress log (one JSON line per flow and per
+// denied name, gateway.Event) to w, and with follow keeps writing as it
+// grows until ctx ends.
+func (m *NamedMachine) Events(ctx context.Context, w io.Writer, follow bool) error {
+	return followLog(ctx, w, m.store.Path(m.spec.Name, machine.EgressLog), follow)
+}
+
+// followLog copies a rotating log (machine.RotatingLog: its predecessor
+// first) to w, and with follow goes on copying as it grows or rotates.
+func followLog(ctx context.Context, w io.Writer, path string, follow bool) error {
 	if b, err := os.ReadFile(path + ".1"); err == nil {
 		w.Write(b)
 	}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -9,9 +10,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/miekg/dns"
 	"github.com/smolvm/smol/guest/initramfs"
+	"github.com/smolvm/smol/internal/imagetest"
 	"github.com/vishvananda/netns"
 )
 
@@ -159,7 +163,7 @@ func agentInitramfs(t *testing.T) string {
 	if err := a.AddHostFile("bin/nettool", artifact(t, "build/nettool", "guest")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.AddBusybox("/bin/busybox", initramfs.BusyboxApplets...); err != nil {
+	if err := a.AddBusybox("/bin/busybox", append([]string{"ping"}, initramfs.BusyboxApplets...)...); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "agent.cpio")
@@ -197,9 +201,9 @@ func TestGatewayNetwork(t *testing.T) {
 			bulk = 100 << 20
 		}
 		code, out, stderr := run([]string{"--net", "--dns", allowedIP},
-			"nettool resolve allowed.test && nettool get http://allowed.test/ && echo && nettool get http://denied.test/ && echo && "+
-				fmt.Sprintf("nettool tcp-echo %s:7 %d 1 && nettool udp-echo %s:7 5", allowedIP, bulk, allowedIP))
-		for _, want := range []string{allowedIP, "allowed-body", "denied-body", "udp echo " + allowedIP + ":7: 5 datagrams"} {
+			"cat /sys/class/net/eth0/mtu && nettool resolve allowed.test && nettool get http://allowed.test/ && echo && nettool get http://denied.test/ && echo && "+
+				fmt.Sprintf("nettool tcp-echo %s:7 %d 1 && nettool udp-echo %s:7 5 && ping -c 1 -W 5 %s", allowedIP, bulk, allowedIP, allowedIP))
+		for _, want := range []string{"65520\n", allowedIP, "allowed-body", "denied-body", "udp echo " + allowedIP + ":7: 5 datagrams", "1 packets received"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q", want)
 			}
@@ -220,12 +224,13 @@ func TestGatewayNetwork(t *testing.T) {
 			"nettool resolve meta.test; nettool dial 169.254.169.254:80; echo metadata=$?",
 			"nettool dial " + inetHostIP + ":80; echo host-address=$?",
 			"nettool dial [2001:db8::2]:80; echo ipv6=$?",
+			"ping -c 1 -W 2 " + deniedIP + " >/dev/null; echo ping-denied=$?",
 		}, "; ")
 		code, out, stderr := run([]string{"--allow-host", "allowed.test", "--allow-host", "meta.test", "--dns", allowedIP, "--egress-log", egress}, script)
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, stderr)
 		}
-		want := map[string]string{"allowed": "0", "denied-name": "1", "denied-ip": "1", "foreign-resolver": "1", "foreign-allowed": "0", "metadata": "1", "host-address": "1", "ipv6": "1"}
+		want := map[string]string{"allowed": "0", "denied-name": "1", "denied-ip": "1", "foreign-resolver": "1", "foreign-allowed": "0", "metadata": "1", "host-address": "1", "ipv6": "1", "ping-denied": "1"}
 		for key, status := range want {
 			if !strings.Contains(out, key+"="+status+"\n") {
 				t.Errorf("%s: want status %s", key, status)
@@ -260,4 +265,74 @@ func TestGatewayNetwork(t *testing.T) {
 			t.Logf("stdout:\n%s\nstderr:\n%s\negress log:\n%s", out, stderr, log)
 		}
 	})
+
+	t.Run("a machine with --allow-host", func(t *testing.T) {
+		nettool, err := os.ReadFile(artifact(t, "build/nettool", "guest"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tool := imagetest.File("bin/nettool", string(nettool))
+		tool.Mode = 0o755
+		reg := newTestRegistry(t)
+		ref := reg.push(t, "test/netmachine", image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t),
+			layer(t, tool, imagetest.Symlink("bin/httpd", "busybox"), imagetest.Symlink("bin/mkdir", "busybox"))))
+		netImage = ref
+		mustMachine(t, home, "create", "net1", "--image", ref, "--cpus", "1", "--mem", "256M", "--storage", "1G",
+			"--allow-host", "allowed.test", "--dns", allowedIP)
+		t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "net1") })
+		startMachine(t, home, "net1")
+		if out := mustMachine(t, home, "exec", "net1", "--", "nettool", "get", "http://allowed.test/"); out != "allowed-body" {
+			t.Errorf("allowed fetch in the machine: %q", out)
+		}
+		if code, _, stderr := machineCLI(t, home, "exec", "net1", "--", "nettool", "dial", deniedIP+":80"); code == 0 || !strings.Contains(stderr, "refused") {
+			t.Errorf("denied dial in the machine: exit %d, %q", code, stderr)
+		}
+		events := mustMachine(t, home, "events", "net1")
+		if !strings.Contains(events, `"dst":"`+deniedIP+`:80","allowed":false`) || !strings.Contains(events, `"name":"allowed.test","allowed":true`) {
+			t.Errorf("machine events:\n%s", events)
+		}
+		mustMachine(t, home, "stop", "net1")
+	})
+
+	t.Run("-p without --net", func(t *testing.T) {
+		if netImage == "" {
+			t.Skip("the machine image was not built")
+		}
+		mustMachine(t, home, "create", "pub1", "--image", netImage, "--cpus", "1", "--mem", "256M", "--storage", "1G", "-p", "18080:80")
+		t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "pub1") })
+		startMachine(t, home, "pub1")
+		mustMachine(t, home, "exec", "pub1", "--", "sh", "-c", "mkdir -p /www && echo hello-from-guest > /www/index.html && httpd -p 80 -h /www")
+		resp, err := httpGet("127.0.0.1:18080")
+		if err != nil || !strings.Contains(resp, "hello-from-guest") {
+			t.Errorf("the published port: %q %v", resp, err)
+		}
+		// Published ports give no way out.
+		if code, _, stderr := machineCLI(t, home, "exec", "pub1", "--", "nettool", "dial", allowedIP+":80"); code == 0 || !strings.Contains(stderr, "refused") {
+			t.Errorf("egress from a -p only machine: exit %d, %q", code, stderr)
+		}
+		// A second machine on the same host port fails to start, saying so.
+		mustMachine(t, home, "create", "pub2", "--image", netImage, "--cpus", "1", "--mem", "256M", "--storage", "1G", "-p", "18080:80")
+		t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "pub2") })
+		code, _, stderr := machineCLI(t, home, "start", "pub2")
+		if code == 0 || !strings.Contains(stderr, "18080") || !strings.Contains(stderr, "in use") {
+			t.Errorf("start with a taken port: exit %d, %q", code, stderr)
+		}
+		mustMachine(t, home, "stop", "pub1")
+	})
+}
+
+// netImage is the machine image with nettool and httpd, once built.
+var netImage string
+
+// httpGet fetches / from addr with a plain HTTP/1.0 request.
+func httpGet(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+	b, err := io.ReadAll(c)
+	return string(b), err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/imagefs"
+	"github.com/smolvm/smol/netdev/policy"
 )
 
 // SpecVersion is the format of config.json; a record of another version
@@ -31,6 +32,19 @@ type Spec struct {
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
 	User    string   `json:"user,omitempty"`
+
+	Net *Net `json:"net,omitempty"` // nil: no network
+}
+
+// Net is a machine's network behind smol's userspace gateway, with its
+// egress policy (--allow-host, --allow-cidr), upstream resolvers and
+// published ports.
+type Net struct {
+	AllowHosts []string `json:"allowHosts,omitempty"`
+	AllowCIDRs []string `json:"allowCIDRs,omitempty"`
+	DNS        []string `json:"dns,omitempty"`
+	Publish    []string `json:"publish,omitempty"`  // -p values
+	NoEgress   bool     `json:"noEgress,omitempty"` // only published ports, no way out
 }
 
 // Image is the image a machine's root was made from, pinned by digest:
@@ -74,6 +88,11 @@ func (s *Spec) check() error {
 	}
 	if s.Image != nil && (s.Image.Disk == "" || s.Image.Digest == "") {
 		return errors.New("image without its disk or digest")
+	}
+	if s.Net != nil {
+		if _, err := policy.ParseRules(s.Net.AllowHosts, s.Net.AllowCIDRs); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ const (
 	StorageFile = "storage.ext4"
 	ConsoleLog  = "console.log"
 	VMMLog      = "vmm.log"
+	EgressLog   = "egress.log"
 )
 
 // OpenStore opens (creating) <home>/machines, private to the user.

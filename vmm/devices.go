@@ -73,6 +73,12 @@ type Net struct {
 	// DNS lists the gateway's upstream resolvers (host:port); empty means
 	// the nameservers of the host's /etc/resolv.conf.
 	DNS []string `json:"dns,omitempty"`
+	// Publish lists the gateway's published ports,
+	// [HOSTADDR:]HOSTPORT:GUESTPORT[/tcp|/udp] (-p).
+	Publish []string `json:"publish,omitempty"`
+	// NoEgress denies every outbound flow and name: the guest has the
+	// network only for its published ports.
+	NoEgress bool `json:"no_egress,omitempty"`
 }
 
 // GatewayGuestMAC is the guest's MAC address behind the gateway unless
@@ -157,8 +163,8 @@ func openNet(n Net, egressLog io.Writer) (virtio.Device, string, error) {
 	if n.TAP == "" {
 		return openGateway(n, egressLog)
 	}
-	if len(n.AllowHosts) > 0 || len(n.AllowCIDRs) > 0 || len(n.DNS) > 0 {
-		return nil, "", fmt.Errorf("an egress policy or DNS servers need smol's gateway, not TAP %s", n.TAP)
+	if len(n.AllowHosts) > 0 || len(n.AllowCIDRs) > 0 || len(n.DNS) > 0 || len(n.Publish) > 0 || n.NoEgress {
+		return nil, "", fmt.Errorf("an egress policy, DNS servers or published ports need smol's gateway, not TAP %s", n.TAP)
 	}
 	var mac net.HardwareAddr
 	if n.MAC != "" {
@@ -195,6 +201,15 @@ func openGateway(n Net, egressLog io.Writer) (virtio.Device, string, error) {
 		return nil, "", err
 	}
 	rules.Floor = append(hostAddresses(), netip.PrefixFrom(gateway.GatewayIP, 32))
+	rules.DenyAll = n.NoEgress
+	var ports []gateway.Port
+	for _, s := range n.Publish {
+		p, err := gateway.ParsePort(s)
+		if err != nil {
+			return nil, "", err
+		}
+		ports = append(ports, p)
+	}
 	var resolvers []string
 	for _, s := range n.DNS {
 		r, err := resolverAddress(s)
@@ -205,6 +220,10 @@ func openGateway(n Net, egressLog io.Writer) (virtio.Device, string, error) {
 	}
 	gw, err := gateway.New(gateway.Config{GuestMAC: [6]byte(mac), Policy: policy.New(rules), Resolvers: resolvers, Log: egressLog})
 	if err != nil {
+		return nil, "", err
+	}
+	if err := gw.Publish(ports); err != nil {
+		gw.Close()
 		return nil, "", err
 	}
 	dev, err := vnet.New(gw, vnet.Options{MAC: [6]byte(mac), MTU: gateway.MTU})

@@ -36,6 +36,7 @@ Commands:
   ls [--json]                       list machines
   status NAME [--json]              one machine's state
   logs NAME [-f]                    its console and agent log
+  events NAME [-f]                  its network egress log (one JSON line per flow)
   rm [-f] NAME                      remove it and its files (-f: even if running)
   run [flags] -- CMD ARGS...        the same as smol run
 
@@ -78,6 +79,8 @@ func machineCommand(args []string) (int, error) {
 		return 0, machineStatus(rest)
 	case "logs":
 		return 0, machineLogs(rest)
+	case "events":
+		return 0, machineEvents(rest)
 	case "rm":
 		return 0, machineRemove(rest)
 	case "run":
@@ -137,6 +140,7 @@ func machineCreate(args []string) error {
 	env := fs.StringArrayP("env", "e", nil, "KEY=VALUE for every exec (KEY alone: the host's value); repeatable")
 	workdir := fs.StringP("workdir", "w", "", "every exec's working directory (default: the image's WORKDIR)")
 	user := fs.StringP("user", "u", "", "run execs as USER[:GROUP] (default: the image's USER)")
+	network := addNetFlags(fs)
 	names, err := parse(fs, args, 1)
 	if err != nil {
 		return err
@@ -151,6 +155,9 @@ func machineCreate(args []string) error {
 		return usageError{"--mem: " + err.Error()}
 	}
 	if err := checkShape(*cpus, c.Memory); err != nil {
+		return err
+	}
+	if c.Net, err = network.config(); err != nil {
 		return err
 	}
 	st, err := smol.ParseSize(*storage)
@@ -364,6 +371,20 @@ func machineLogs(args []string) error {
 		return err
 	}
 	return m.Logs(context.Background(), os.Stdout, *follow)
+}
+
+func machineEvents(args []string) error {
+	fs := newFlags("events", "NAME [-f]")
+	follow := fs.BoolP("follow", "f", false, "keep printing as the log grows")
+	names, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	m, err := smol.OpenMachine(names[0])
+	if err != nil {
+		return err
+	}
+	return m.Events(context.Background(), os.Stdout, *follow)
 }
 
 func machineRemove(args []string) error {

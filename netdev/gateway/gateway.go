@@ -111,8 +111,9 @@ type Gateway struct {
 	link   *link
 	dialer Dialer
 	events *eventLog
+	pub    publisher
 
-	tcpFlows, halfOpen, udpFlows, dnsInFlight semaphore
+	tcpFlows, udpFlows, dnsInFlight, echoes semaphore
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -142,9 +143,9 @@ func New(cfg Config) (*Gateway, error) {
 		g.dialer = &net.Dialer{}
 	}
 	g.tcpFlows = newSemaphore(g.limits.TCPFlows)
-	g.halfOpen = newSemaphore(g.limits.HalfOpen)
 	g.udpFlows = newSemaphore(g.limits.UDPFlows)
 	g.dnsInFlight = newSemaphore(g.limits.DNSInFlight)
+	g.echoes = newSemaphore(maxEchoes)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 
 	ch := channel.New(1024, MTU, tcpip.LinkAddress(GatewayMAC[:]))
@@ -203,6 +204,7 @@ func (g *Gateway) configureStack(ep stack.LinkEndpoint) error {
 func (g *Gateway) Close() error {
 	g.closed.Do(func() {
 		g.cancel()
+		g.pub.close()
 		g.stack.Close()
 		g.flows.Wait()
 		g.stack.Wait()
@@ -234,6 +236,10 @@ var errLimit = errors.New("limit reached")
 // dialTimeout bounds how long a guest's connection attempt waits for the
 // host's connect: the guest's SYN is answered (or reset) only then.
 const dialTimeout = 10 * time.Second
+
+func tcpipAddr4(a netip.Addr) tcpip.Address { return tcpip.AddrFrom4(a.As4()) }
+
+func tcpipLinkAddress(mac [6]byte) tcpip.LinkAddress { return tcpip.LinkAddress(mac[:]) }
 
 func toAddr(a tcpip.Address) netip.Addr {
 	if a.Len() == 4 {

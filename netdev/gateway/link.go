@@ -21,6 +21,9 @@ type link struct {
 	guestMAC [6]byte
 	readable chan struct{} // a frame for the guest was queued (capacity 1)
 	notify   *channel.NotificationHandle
+	// injected holds frames the gateway made itself (relayed echo
+	// replies), which bypass the stack.
+	injected chan []byte
 
 	// Dropped counts guest frames the screen refused.
 	dropped atomic.Uint64
@@ -29,7 +32,7 @@ type link struct {
 }
 
 func newLink(ep *channel.Endpoint, guestMAC [6]byte) *link {
-	l := &link{ep: ep, guestMAC: guestMAC, readable: make(chan struct{}, 1)}
+	l := &link{ep: ep, guestMAC: guestMAC, readable: make(chan struct{}, 1), injected: make(chan []byte, maxEchoes)}
 	l.notify = ep.AddNotify(l)
 	return l
 }
@@ -42,6 +45,16 @@ func (l *link) WriteNotify() {
 	}
 }
 
+// inject queues a frame for the guest beside the stack's; it is dropped
+// when the queue is full.
+func (l *link) inject(frame []byte) {
+	select {
+	case l.injected <- frame:
+		l.WriteNotify()
+	default:
+	}
+}
+
 func (l *link) close() {
 	l.mu.Lock()
 	l.closed = true
@@ -50,44 +63,56 @@ func (l *link) close() {
 	l.ep.Close()
 }
 
-// screen decides whether a frame from the guest may enter the stack. The
-// guest may speak ARP and IPv4, from its own MAC and address, and ICMP
-// only to the gateway: the stack would otherwise answer echo requests to
+// What screen decides for a guest frame.
+type frameVerdict int
+
+const (
+	dropFrame  frameVerdict = iota
+	passFrame               // into the stack
+	relayFrame              // an ICMP echo request to a remote address: relayEcho
+)
+
+// screen decides what happens to a frame from the guest. The guest may
+// speak ARP and IPv4, from its own MAC and address. ICMP enters the stack
+// only when it is for the gateway: the stack would answer echo requests to
 // any address (it accepts every destination), forging replies from hosts
-// that may not exist.
-func (l *link) screen(frame []byte) bool {
+// that may not exist, so echo requests to remote addresses are relayed
+// instead and every other ICMP message is dropped.
+func (l *link) screen(frame []byte) frameVerdict {
 	if len(frame) < header.EthernetMinimumSize {
-		return false
+		return dropFrame
 	}
 	eth := header.Ethernet(frame)
 	if [6]byte([]byte(eth.SourceAddress())) != l.guestMAC {
-		return false
+		return dropFrame
 	}
 	payload := frame[header.EthernetMinimumSize:]
 	switch eth.Type() {
 	case header.ARPProtocolNumber:
 		a := header.ARP(payload)
-		if !a.IsValid() {
-			return false
+		if a.IsValid() && [6]byte(a.HardwareAddressSender()) == l.guestMAC &&
+			netip.AddrFrom4([4]byte(a.ProtocolAddressSender())) == GuestIP {
+			return passFrame
 		}
-		return [6]byte(a.HardwareAddressSender()) == l.guestMAC &&
-			netip.AddrFrom4([4]byte(a.ProtocolAddressSender())) == GuestIP
 	case header.IPv4ProtocolNumber:
 		ip := header.IPv4(payload)
-		if !ip.IsValid(len(payload)) {
-			return false
-		}
-		if toAddr(ip.SourceAddress()) != GuestIP {
-			return false
+		if !ip.IsValid(len(payload)) || toAddr(ip.SourceAddress()) != GuestIP {
+			return dropFrame
 		}
 		switch ip.TransportProtocol() {
 		case header.TCPProtocolNumber, header.UDPProtocolNumber:
-			return true
+			return passFrame
 		case header.ICMPv4ProtocolNumber:
-			return toAddr(ip.DestinationAddress()) == GatewayIP
+			if toAddr(ip.DestinationAddress()) == GatewayIP {
+				return passFrame
+			}
+			if ic := header.ICMPv4(ip.Payload()); len(ic) >= header.ICMPv4MinimumSize && ic.Type() == header.ICMPv4Echo &&
+				ip.FragmentOffset() == 0 && ip.Flags()&header.IPv4FlagMoreFragments == 0 {
+				return relayFrame
+			}
 		}
 	}
-	return false
+	return dropFrame
 }
 
 // WritePacket implements vnet.Backend: one frame from the guest.
@@ -112,8 +137,12 @@ func (g *Gateway) WritePacket(bufs [][]byte) (int, error) {
 		frame = append(frame, b[skip:]...)
 		skip = 0
 	}
-	if !g.link.screen(frame) {
+	switch g.link.screen(frame) {
+	case dropFrame:
 		g.link.dropped.Add(1)
+		return total, nil
+	case relayFrame:
+		g.relayEcho(header.IPv4(frame[header.EthernetMinimumSize:]))
 		return total, nil
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
@@ -131,14 +160,20 @@ func (g *Gateway) ReadPacket(bufs [][]byte) (int, error) {
 		l.mu.Unlock()
 		return 0, vnet.ErrNoPacket
 	}
+	var hdr [vnet.HeaderSize]byte
+	binary.LittleEndian.PutUint16(hdr[10:], 1) // num_buffers; the device rewrites it
+	select {
+	case frame := <-l.injected:
+		l.mu.Unlock()
+		return scatter(bufs, scatter(bufs, 0, hdr[:]), frame), nil
+	default:
+	}
 	pkt := l.ep.Read()
 	l.mu.Unlock()
 	if pkt == nil {
 		return 0, vnet.ErrNoPacket
 	}
 	defer pkt.DecRef()
-	var hdr [vnet.HeaderSize]byte
-	binary.LittleEndian.PutUint16(hdr[10:], 1) // num_buffers; the device rewrites it
 	n := scatter(bufs, 0, hdr[:])
 	for _, s := range pkt.AsSlices() {
 		n = scatter(bufs, n, s)
@@ -170,7 +205,7 @@ func scatter(bufs [][]byte, off int, src []byte) int {
 
 // WaitReadable implements vnet.Backend.
 func (g *Gateway) WaitReadable(ctx context.Context) error {
-	if g.link.ep.NumQueued() > 0 {
+	if g.link.ep.NumQueued() > 0 || len(g.link.injected) > 0 {
 		return nil
 	}
 	select {

@@ -59,8 +59,9 @@ type Verdict struct {
 type Policy struct {
 	hosts []HostRule
 	cidrs []CIDRRule
-	floor []floorRange
-	now   func() time.Time
+	floor   []floorRange
+	now     func() time.Time
+	denyAll bool
 
 	mu      sync.Mutex
 	learned map[netip.Addr][]learnedName
@@ -86,6 +87,9 @@ type Config struct {
 	Floor []netip.Prefix
 	// Now is the clock for TTLs; nil means time.Now.
 	Now func() time.Time
+	// DenyAll denies every flow and name no rule allows even with no
+	// rule at all: a guest that has a network only for published ports.
+	DenyAll bool
 }
 
 // builtinFloor is denied to every guest unless a CIDR rule names it.
@@ -109,6 +113,7 @@ func New(cfg Config) *Policy {
 		cidrs:   slices.Clone(cfg.CIDRs),
 		floor:   slices.Clone(builtinFloor),
 		now:     cfg.Now,
+		denyAll: cfg.DenyAll,
 		learned: map[netip.Addr][]learnedName{},
 	}
 	for _, f := range cfg.Floor {
@@ -120,9 +125,9 @@ func New(cfg Config) *Policy {
 	return p
 }
 
-// Restricted tells whether any allow rule was given: everything else is
-// then denied.
-func (p *Policy) Restricted() bool { return len(p.hosts) > 0 || len(p.cidrs) > 0 }
+// Restricted tells whether any allow rule was given (or DenyAll):
+// everything else is then denied.
+func (p *Policy) Restricted() bool { return p.denyAll || len(p.hosts) > 0 || len(p.cidrs) > 0 }
 
 // AllowName tells whether a DNS query for name may be resolved. Without
 // rules every name may; with rules only names an --allow-host rule

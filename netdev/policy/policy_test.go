@@ -166,3 +166,13 @@ func TestParseRejectsBadValues(t *testing.T) {
 		t.Errorf("wildcard: %+v", r)
 	}
 }
+
+func TestDenyAll(t *testing.T) {
+	p := New(Config{DenyAll: true})
+	if p.AllowName("example.com") {
+		t.Error("DenyAll allows a name")
+	}
+	if v := p.Check(TCP, ap("203.0.113.9:443")); v.Allowed {
+		t.Errorf("DenyAll allows a flow: %+v", v)
+	}
+}
