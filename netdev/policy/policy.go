@@ -57,8 +57,8 @@ type Verdict struct {
 // Policy is one guest's egress policy. Its methods are safe for concurrent
 // use.
 type Policy struct {
-	hosts []HostRule
-	cidrs []CIDRRule
+	hosts   []HostRule
+	cidrs   []CIDRRule
 	floor   []floorRange
 	now     func() time.Time
 	denyAll bool
