@@ -1,8 +1,16 @@
 package integration
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -80,6 +88,14 @@ func fakeInternet(t *testing.T) {
 				pc.WriteTo(buf[:n], from)
 			}
 		}()
+		for _, ip := range []string{allowedIP, deniedIP} {
+			l, err := tls.Listen("tcp", ip+":443", &tls.Config{Certificates: []tls.Certificate{testCA.serverCert}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			go serveHTTPBody(l, "registry-body from "+ip)
+		}
 		dnsPC, err := net.ListenPacket("udp", allowedIP+":53")
 		if err != nil {
 			t.Fatal(err)
@@ -114,10 +130,12 @@ func listenIn(t *testing.T, fn func()) {
 }
 
 var testNames = map[string]string{
-	"allowed.test.": allowedIP,
-	"denied.test.":  deniedIP,
-	"meta.test.":    "169.254.169.254",
-	"host.test.":    inetHostIP,
+	"allowed.test.":       allowedIP,
+	"denied.test.":        deniedIP,
+	"registry.npmjs.org.": allowedIP,
+	"example.com.":        deniedIP,
+	"meta.test.":          "169.254.169.254",
+	"host.test.":          inetHostIP,
 }
 
 func answerTestNames(w dns.ResponseWriter, r *dns.Msg) {
@@ -153,10 +171,41 @@ func serveHTTPBody(l net.Listener, body string) {
 	}
 }
 
-// agentInitramfs is smol's agent initramfs with nettool added.
+// testCA is a certificate authority made for the test run, and a server
+// certificate it signed for the names the fake internet serves over TLS.
+var testCA = func() (ca struct {
+	pem        []byte
+	serverCert tls.Certificate
+}) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "smol test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	caCert, _ := x509.ParseCertificate(der)
+	ca.pem = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	skey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	stmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry.npmjs.org"},
+		DNSNames:  []string{"registry.npmjs.org", "example.com"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	sder, _ := x509.CreateCertificate(rand.Reader, stmpl, caCert, &skey.PublicKey, key)
+	ca.serverCert = tls.Certificate{Certificate: [][]byte{sder}, PrivateKey: skey}
+	return ca
+}()
+
+// agentInitramfs is smol's agent initramfs with nettool added, and the
+// test CA as the system's only root.
 func agentInitramfs(t *testing.T) string {
 	t.Helper()
 	a := initramfs.New()
+	a.AddDir("etc/ssl", 0o755)
+	a.AddDir("etc/ssl/certs", 0o755)
+	a.AddFile("etc/ssl/certs/ca-certificates.crt", testCA.pem, 0o644)
 	if err := a.AddHostFile("init", artifact(t, "build/agent", "guest")); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +312,25 @@ func TestGatewayNetwork(t *testing.T) {
 		}
 		if t.Failed() {
 			t.Logf("stdout:\n%s\nstderr:\n%s\negress log:\n%s", out, stderr, log)
+		}
+	})
+
+	// The seed's walkthrough, with the fake internet standing in for the
+	// registry: the allowed host answers over HTTPS, every other host
+	// fails, by name and by address.
+	t.Run("the seed's three commands", func(t *testing.T) {
+		seed := []string{"--net", "--allow-host", "registry.npmjs.org", "--dns", allowedIP}
+		code, out, stderr := run(seed, "nettool get https://registry.npmjs.org/")
+		if code != 0 || out != "registry-body from "+allowedIP {
+			t.Errorf("the allowed host: exit %d, %q, %q", code, out, stderr)
+		}
+		code, out, stderr = run(seed, "nettool get https://example.com/")
+		if code == 0 || !strings.Contains(stderr, "no such host") {
+			t.Errorf("another host by name: exit %d, %q, %q", code, out, stderr)
+		}
+		code, out, stderr = run(seed, "nettool get https://"+deniedIP+"/")
+		if code == 0 || !strings.Contains(stderr, "refused") {
+			t.Errorf("another host by address: exit %d, %q, %q", code, out, stderr)
 		}
 	})
 

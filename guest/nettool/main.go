@@ -18,7 +18,7 @@
 //	nettool vsock-send CID PORT SECONDS, nettool vsock-recv CID PORT SECONDS
 //	                                   the same over vsock
 //	nettool resolve NAME [SERVER]      print NAME's addresses (asking SERVER host:port if given)
-//	nettool get URL                    print the body of an HTTP GET
+//	nettool get URL                    print the body of an HTTP or HTTPS GET
 //	nettool dial ADDR                  TCP connect to ADDR; print how long it took
 //	nettool udp-echo ADDR N            send N datagrams to ADDR and check the echoes
 //

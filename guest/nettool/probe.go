@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -35,21 +36,33 @@ func resolve(name, server string) error {
 	return nil
 }
 
-// get fetches http://HOST[:PORT]/PATH with a plain HTTP/1.0 request (no
-// net/http: it would double the tool's size) and prints the body.
+// get fetches http[s]://HOST[:PORT]/PATH with a plain HTTP/1.0 request
+// (no net/http: it would double the tool's size) and prints the body.
+// HTTPS verifies the server against the system's roots
+// (/etc/ssl/certs/ca-certificates.crt, or $SSL_CERT_FILE).
 func get(url string) error {
-	rest, ok := strings.CutPrefix(url, "http://")
-	if !ok {
-		return fmt.Errorf("get %s: only http:// URLs", url)
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok || scheme != "http" && scheme != "https" {
+		return fmt.Errorf("get %s: only http:// and https:// URLs", url)
 	}
 	hostport, path, _ := strings.Cut(rest, "/")
 	host := hostport
 	if _, _, err := net.SplitHostPort(hostport); err != nil {
-		hostport = net.JoinHostPort(hostport, "80")
+		port := "80"
+		if scheme == "https" {
+			port = "443"
+		}
+		hostport = net.JoinHostPort(hostport, port)
 	} else {
 		host, _, _ = net.SplitHostPort(hostport)
 	}
-	c, err := net.DialTimeout("tcp", hostport, probeTimeout)
+	var c net.Conn
+	var err error
+	if scheme == "https" {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: probeTimeout}, "tcp", hostport, &tls.Config{ServerName: host})
+	} else {
+		c, err = net.DialTimeout("tcp", hostport, probeTimeout)
+	}
 	if err != nil {
 		return fmt.Errorf("get %s: %w", url, err)
 	}
