@@ -117,8 +117,25 @@ type Gateway struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	flows  sync.WaitGroup
 	closed sync.Once
+
+	// flows counts the goroutines serving flows, which Close waits for;
+	// closing (under flowMu) stops new ones from being counted, since the
+	// stack starts handlers on goroutines of its own at any time.
+	flowMu  sync.Mutex
+	closing bool
+	flows   sync.WaitGroup
+}
+
+// startFlow counts a flow's goroutine in, unless the gateway is closing.
+func (g *Gateway) startFlow() bool {
+	g.flowMu.Lock()
+	defer g.flowMu.Unlock()
+	if g.closing {
+		return false
+	}
+	g.flows.Add(1)
+	return true
 }
 
 // quietStack keeps gVisor's own log (which goes to stderr, and reports
@@ -203,6 +220,9 @@ func (g *Gateway) configureStack(ep stack.LinkEndpoint) error {
 // Close ends every flow and the stack.
 func (g *Gateway) Close() error {
 	g.closed.Do(func() {
+		g.flowMu.Lock()
+		g.closing = true
+		g.flowMu.Unlock()
 		g.cancel()
 		g.pub.close()
 		g.stack.Close()

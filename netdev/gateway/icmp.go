@@ -40,13 +40,15 @@ func (g *Gateway) relayEcho(ip header.IPv4) {
 	}
 	id, seq := icmpHdr.Ident(), icmpHdr.Sequence()
 	data := append([]byte(nil), icmpHdr.Payload()...)
-	g.goFlow(func() {
+	if !g.goFlow(func() {
 		defer g.echoes.release()
 		reply, ok := g.echo(dst, id, seq, data)
 		if ok {
 			g.link.inject(echoReplyFrame(g.link.guestMAC, dst, id, seq, reply))
 		}
-	})
+	}) {
+		g.echoes.release()
+	}
 }
 
 // echo sends one echo request to dst from a socket of its own and returns

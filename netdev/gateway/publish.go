@@ -76,7 +76,14 @@ func portNumber(s string) (uint16, error) {
 
 // publisher serves the published ports: it owns their host listeners.
 type publisher struct {
+	mu      sync.Mutex
 	closers []func()
+}
+
+func (p *publisher) add(closer func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closers = append(p.closers, closer)
 }
 
 // Publish opens a host listener for each port and relays what reaches it
@@ -122,18 +129,24 @@ func (g *Gateway) Publish(ports []Port) error {
 	for _, o := range open {
 		if o.tcp != nil {
 			l := o.tcp
-			g.pub.closers = append(g.pub.closers, func() { l.Close() })
-			g.goFlow(func() { g.serveTCPPort(l, o.port.GuestPort) })
+			g.pub.add(func() { l.Close() })
+			if !g.goFlow(func() { g.serveTCPPort(l, o.port.GuestPort) }) {
+				l.Close()
+			}
 		} else {
 			c := o.udp
-			g.pub.closers = append(g.pub.closers, func() { c.Close() })
-			g.goFlow(func() { g.serveUDPPort(c, o.port.GuestPort) })
+			g.pub.add(func() { c.Close() })
+			if !g.goFlow(func() { g.serveUDPPort(c, o.port.GuestPort) }) {
+				c.Close()
+			}
 		}
 	}
 	return nil
 }
 
 func (p *publisher) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, c := range p.closers {
 		c()
 	}
@@ -155,7 +168,7 @@ func (g *Gateway) serveTCPPort(l net.Listener, guestPort uint16) {
 			host.Close()
 			continue
 		}
-		g.goFlow(func() {
+		if !g.goFlow(func() {
 			defer g.tcpFlows.release()
 			defer host.Close()
 			ctx, cancel := context.WithTimeout(g.ctx, dialTimeout)
@@ -166,7 +179,10 @@ func (g *Gateway) serveTCPPort(l net.Listener, guestPort uint16) {
 			}
 			defer guest.Close()
 			relay(g.ctx, host, guest)
-		})
+		}) {
+			host.Close()
+			g.tcpFlows.release()
+		}
 	}
 }
 
@@ -197,7 +213,7 @@ func (g *Gateway) serveUDPPort(c net.PacketConn, guestPort uint16) {
 			} else {
 				guest, ok = gc, true
 				clients[from.String()] = gc
-				g.goFlow(func() {
+				started := g.goFlow(func() {
 					defer g.udpFlows.release()
 					reply := make([]byte, maxDatagram)
 					for {
@@ -213,6 +229,12 @@ func (g *Gateway) serveUDPPort(c net.PacketConn, guestPort uint16) {
 					mu.Unlock()
 					gc.Close()
 				})
+				if !started {
+					delete(clients, from.String())
+					gc.Close()
+					g.udpFlows.release()
+					ok = false
+				}
 			}
 		}
 		mu.Unlock()

@@ -66,7 +66,9 @@ func (g *Gateway) acceptTCP(r *tcp.ForwarderRequest, serve func(net.Conn)) {
 	r.Complete(false)
 	guest := gonet.NewTCPConn(&wq, ep)
 	defer guest.Close()
-	g.flows.Add(1)
+	if !g.startFlow() {
+		return
+	}
 	defer g.flows.Done()
 	serve(guest)
 }

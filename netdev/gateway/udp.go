@@ -31,7 +31,9 @@ func (g *Gateway) handleUDP(r *udp.ForwarderRequest) bool {
 		if !ok {
 			return false
 		}
-		g.goFlow(func() { g.serveDNSPackets(guest) })
+		if !g.goFlow(func() { g.serveDNSPackets(guest) }) {
+			guest.Close()
+		}
 		return true
 	}
 	if dst.Addr() == GatewayIP {
@@ -59,10 +61,14 @@ func (g *Gateway) handleUDP(r *udp.ForwarderRequest) bool {
 		g.udpFlows.release()
 		return false
 	}
-	g.goFlow(func() {
+	if !g.goFlow(func() {
 		defer g.udpFlows.release()
 		relayDatagrams(g.ctx, guest, host)
-	})
+	}) {
+		guest.Close()
+		host.Close()
+		g.udpFlows.release()
+	}
 	return true
 }
 
@@ -75,13 +81,18 @@ func (g *Gateway) acceptUDP(r *udp.ForwarderRequest) (net.Conn, bool) {
 	return gonet.NewUDPConn(&wq, ep), true
 }
 
-// goFlow runs a flow's work on a goroutine Close waits for.
-func (g *Gateway) goFlow(fn func()) {
-	g.flows.Add(1)
+// goFlow runs a flow's work on a goroutine Close waits for. Once the
+// gateway is closing it runs nothing and returns false: the caller then
+// releases what fn would have.
+func (g *Gateway) goFlow(fn func()) bool {
+	if !g.startFlow() {
+		return false
+	}
 	go func() {
 		defer g.flows.Done()
 		fn()
 	}()
+	return true
 }
 
 // relayDatagrams moves datagrams both ways until the flow is idle for
