@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-image   cached image run vs bare boot (box), and 100 MiB image unpack vs tar+mke2fs"
 	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 	@echo "make bench-machine machine exec/start/cp against smol run and a cat pipe, idle VMM memory (N=$(N))"
+	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox
 
@@ -103,6 +104,10 @@ bench-image: build kernel box-kernel guest
 bench-devices: build kernel box-kernel guest
 	$(GO) build -o bin/bench-devices ./bench/devices
 	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS)"
+
+bench-net: build kernel box-kernel guest
+	$(GO) build -o bin/bench-net ./bench/net
+	@bin/smolbox "bin/bench-net -rounds $(ROUNDS)"
 
 bench-machine: build kernel box-kernel guest
 	$(GO) build -o bin/bench-machine ./bench/machine

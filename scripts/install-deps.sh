@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # install-deps.sh — install what building and testing smol needs on a
 # Debian 12 machine: the kernel build tools and source, QEMU (the test box and
-# the benchmark peer), a static busybox (tiny guest userlands), e2fsprogs
+# the benchmark peer; passt, the network benchmark's peer), a static busybox (tiny guest userlands), e2fsprogs
 # (e2fsck and debugfs check the ext4 images imagefs writes), debootstrap (the
 # integration tests' Debian image), and getcap and getfattr (libcap2-bin,
 # attr: the integration tests read file capabilities and xattrs in a guest).
 set -euo pipefail
-pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr)
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

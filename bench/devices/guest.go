@@ -2,11 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"slices"
 	"strconv"
-
-	"github.com/smolvm/smol/guest/initramfs"
 )
 
 // guestUpMarker is what the guest's rc prints first: the boot worked.
@@ -27,30 +23,4 @@ nettool vsock-send %[7]d %[8]d %[3]s
 nettool vsock-recv %[7]d %[9]d %[3]s
 poweroff -f
 `, n.guestIP, n.hostIP, s, qd, tcpSinkPort, tcpSourcePort, hostCID, vsockSinkPort, vsockSourcePort)
-}
-
-// writeInitramfs builds the guest: init, busybox (with ip for the network)
-// and nettool, whose /etc/rc is rc.
-func writeInitramfs(initPath, nettoolPath, rc string) (string, error) {
-	a := initramfs.New()
-	if err := a.AddHostFile("init", initPath); err != nil {
-		return "", fmt.Errorf("guest init: %w", err)
-	}
-	if err := a.AddHostFile("bin/nettool", nettoolPath); err != nil {
-		return "", fmt.Errorf("guest nettool: %w", err)
-	}
-	if err := a.AddBusybox("/bin/busybox", slices.Concat(initramfs.BusyboxApplets, []string{"ip"})...); err != nil {
-		return "", fmt.Errorf("guest busybox: %w", err)
-	}
-	a.AddFile("etc/rc", []byte(rc), 0o755)
-	f, err := os.CreateTemp("", "smol-bench-devices-*.cpio")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	if err := a.WriteFile(f.Name()); err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("initramfs: %w", err)
-	}
-	return f.Name(), nil
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/smolvm/smol/bench/internal/guestrun"
 )
 
 // network is one VMM's TAP and the addresses on either end of it. Each VMM
@@ -79,7 +81,7 @@ func (env *environment) build(diskMiB int) error {
 	for _, s := range []struct {
 		port   int
 		handle func(io.ReadWriteCloser)
-	}{{tcpSinkPort, sink}, {tcpSourcePort, source}} {
+	}{{tcpSinkPort, guestrun.Sink}, {tcpSourcePort, guestrun.Source}} {
 		l, err := net.Listen("tcp", fmt.Sprintf(":%d", s.port))
 		if err := serve(tcpAcceptor{l}, wrap(err, "tcp listener"), s.handle); err != nil {
 			return err
@@ -88,7 +90,7 @@ func (env *environment) build(diskMiB int) error {
 	for _, s := range []struct {
 		port   uint32
 		handle func(io.ReadWriteCloser)
-	}{{vsockSinkPort, sink}, {vsockSourcePort, source}} {
+	}{{vsockSinkPort, guestrun.Sink}, {vsockSourcePort, guestrun.Source}} {
 		l, err := net.Listen("unix", fmt.Sprintf("%s_%d", env.vsockPath, s.port))
 		if err := serve(tcpAcceptor{l}, wrap(err, "unix listener for smol's vsock"), s.handle); err != nil {
 			return err
@@ -160,24 +162,4 @@ func (env *environment) tearDown() {
 		}
 		os.RemoveAll(env.dir)
 	})
-}
-
-// sink reads until the guest half-closes, then closes its end.
-func sink(c io.ReadWriteCloser) {
-	defer c.Close()
-	io.Copy(io.Discard, c)
-}
-
-// source writes until the guest closes the connection.
-func source(c io.ReadWriteCloser) {
-	defer c.Close()
-	buf := make([]byte, 256<<10)
-	for i := range buf {
-		buf[i] = byte(i*13 + 5)
-	}
-	for {
-		if _, err := c.Write(buf); err != nil {
-			return
-		}
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/bench/internal/guestrun"
 )
 
 func main() {
@@ -46,7 +47,7 @@ func main() {
 		qemuVMM(*qemuBin, *kernel, *extra, *cpus, memBytes>>20, env, qemuNet),
 	}
 	for _, v := range vmms {
-		if v.initrd, err = writeInitramfs(*initPath, *nettool, rc(v.net)); err != nil {
+		if v.initrd, err = guestrun.Initramfs("smol-bench-devices", *initPath, *nettool, rc(v.net)); err != nil {
 			env.tearDown()
 			fatal(err)
 		}

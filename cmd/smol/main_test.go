@@ -31,6 +31,19 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 		{[]string{"--kernel", filepath.Join(dir, "missing")}, false, "no such file"},
 		{[]string{"--kernel", text}, false, "not a Linux kernel"},
 		{[]string{"--kernel", dir}, false, "not a regular file"},
+		{[]string{"--cpus", "300"}, true, "--cpus 300"},
+		{[]string{"--mem", "16M"}, true, "--mem 16M is too small"},
+		{[]string{"--allow-host", "bad name", "--", "true"}, true, "--allow-host"},
+		{[]string{"--allow-host", "a.test:0", "--", "true"}, true, "port"},
+		{[]string{"--allow-host", "a.test", "--allow-host", "A.test", "--", "true"}, true, "given twice"},
+		{[]string{"--allow-cidr", "10.0.0.0/33", "--", "true"}, true, "--allow-cidr"},
+		{[]string{"--allow-cidr", "10.0.0.0/8:70000", "--", "true"}, true, "port"},
+		{[]string{"-p", "0:80", "--", "true"}, true, "-p"},
+		{[]string{"-p", "8080:80", "-p", "127.0.0.1:8080:80", "--", "true"}, true, "published twice"},
+		{[]string{"-p", "8080:80/sctp", "--", "true"}, true, "protocol"},
+		{[]string{"--dns", "resolver.example", "--", "true"}, true, "--dns"},
+		{[]string{"--net", "--net-tap", "tap0", "--", "true"}, true, "--net-tap cannot be used"},
+		{[]string{"--egress-log", filepath.Join(dir, "e.log"), "--", "true"}, true, "--egress-log needs --net"},
 	}
 	for _, c := range cases {
 		_, err := runCommand(c.args)

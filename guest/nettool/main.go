@@ -17,6 +17,8 @@
 //	nettool tcp-recv ADDR SECONDS      read what ADDR streams for SECONDS; print the rate
 //	nettool vsock-send CID PORT SECONDS, nettool vsock-recv CID PORT SECONDS
 //	                                   the same over vsock
+//	nettool tcp-connect ADDR SECONDS   connect to ADDR and close, over and over, for SECONDS;
+//	                                   print the rate
 //	nettool resolve NAME [SERVER]      print NAME's addresses (asking SERVER host:port if given)
 //	nettool get URL                    print the body of an HTTP or HTTPS GET
 //	nettool dial ADDR                  TCP connect to ADDR; print how long it took
@@ -75,6 +77,9 @@ func main() {
 		cid, port := uint32(atoi(args[0])), uint32(atoi(args[1]))
 		dial := func() (streamConn, error) { return dialVsockStream(cid, port) }
 		check(streamBench(os.Args[1], dial, os.Args[1] == "vsock-send", seconds(args[2])))
+	case "tcp-connect":
+		need(2)
+		check(connectBench(args[0], seconds(args[1])))
 	case "resolve":
 		server := ""
 		if len(args) > 1 {

@@ -132,3 +132,25 @@ func dialVsockStream(cid, port uint32) (streamConn, error) {
 	}
 	return vsockConn{os.NewFile(uintptr(fd), "vsock")}, nil
 }
+
+// connectBench opens and closes TCP connections to addr one after another
+// for secs and prints the rate: the cost of setting a connection up
+// through the guest's network, end to end.
+func connectBench(addr string, secs float64) error {
+	d := time.Duration(secs * float64(time.Second))
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("tcp-connect %s after %d connections: %w", addr, n, err)
+		}
+		// Wait for the server's close, so each connection is complete.
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.Read(make([]byte, 1))
+		c.Close()
+		n++
+	}
+	result("tcp-connect", float64(n)/time.Since(start).Seconds(), "conn/s")
+	return nil
+}

@@ -172,7 +172,7 @@ func New(cfg Config) (*Gateway, error) {
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
 	})
 	g.stack = s
-	if err := g.configureStack(ethernet.New(ch)); err != nil {
+	if err := g.configureStack(ethernet.New(g.link.csum)); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -182,9 +182,12 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) configureStack(ep stack.LinkEndpoint) error {
 	s := g.stack
 	sack := tcpip.TCPSACKEnabled(true)
+	// Windows start small and grow with the flow's rate (receive buffer
+	// moderation), up to Limits.FlowBuffer.
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 128 << 10, Max: g.limits.FlowBuffer}
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 128 << 10, Max: g.limits.FlowBuffer}
-	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &rcv, &snd} {
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &moderate, &rcv, &snd} {
 		if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
 			return fmt.Errorf("gateway: tcp option %T: %s", opt, err)
 		}
