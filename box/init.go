@@ -2,7 +2,7 @@ package box
 
 // initScript is the box's /init, run by busybox. It mounts the host's root
 // filesystem from virtio-9p, gives it the box's own /proc, /sys and /dev,
-// runs the job script in a chroot, and resets the box, which QEMU
+// runs the job script with it as its root, and resets the box, which QEMU
 // (-no-reboot) turns into its exit. The job's exit status travels back in a
 // file, because QEMU's own exit status cannot carry it, and over the life
 // port (life.go), which also carries the heartbeats: one loop that needs
@@ -74,7 +74,11 @@ mount -t tmpfs tmpfs /host/run
 ip link set lo up 2>/dev/null
 ifconfig lo 127.0.0.1 up 2>/dev/null
 stty -F /dev/console -opost -echo 2>/dev/null
-chroot /host /bin/sh "$job/run.sh" </dev/null 3>&-
+# The job runs with the host's root as the root of a mount namespace of
+# its own (moved onto /, as switch_root does), not merely chrooted: the
+# kernel refuses user namespaces to chrooted processes, and programs
+# under test (passt's sandbox) need them.
+unshare -m sh -c 'cd /host && mount --move . / && exec chroot . /bin/sh "$1/run.sh"' - "$job" </dev/null 3>&-
 code=$?
 echo "status $code" >&3
 echo $code > "/host$job/status.tmp" && mv "/host$job/status.tmp" "/host$job/status"
@@ -84,4 +88,4 @@ reboot -f
 `
 
 // busyboxApplets are the applets initScript uses.
-var busyboxApplets = []string{"sh", "mount", "mkdir", "cat", "chroot", "reboot", "sync", "mv", "stty", "ip", "ifconfig", "echo", "sleep"}
+var busyboxApplets = []string{"sh", "mount", "mkdir", "cat", "chroot", "unshare", "reboot", "sync", "mv", "stty", "ip", "ifconfig", "echo", "sleep"}

@@ -16,7 +16,8 @@ type guestNet struct {
 }
 
 // guestScript is the guest's /etc/rc: configure the network, run each
-// measurement, power off.
+// measurement, power off (a second after the last, so that the console
+// has carried its line out).
 func guestScript(n guestNet, secs float64) string {
 	s := strconv.FormatFloat(secs, 'f', -1, 64)
 	mtu := ""
@@ -33,6 +34,7 @@ ip addr add %[1]s dev eth0
 %[3]snettool tcp-send %[4]s:%[6]d %[5]s
 nettool tcp-recv %[4]s:%[7]d %[5]s
 nettool tcp-connect %[4]s:%[8]d %[5]s
+sleep 1
 poweroff -f
 `, n.cidr, mtu, route, n.host, s, sinkPort, sourcePort, connectPort)
 }

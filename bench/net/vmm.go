@@ -93,8 +93,16 @@ func (b *bench) qemuArgs(initrd, netdev string) []string {
 // startPasst starts a passt for one guest (it serves one client and
 // exits) and the QEMU that connects to it.
 func (b *bench) startPasst(initrd string) (*exec.Cmd, func(), error) {
-	sock := filepath.Join(b.env.dir, "passt.sock")
-	os.Remove(sock)
+	// passt drops to user nobody before it binds its socket: give it a
+	// directory it may write, under one it may pass through.
+	os.Chmod(b.env.dir, 0o711)
+	dir := filepath.Join(b.env.dir, "passt")
+	os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return nil, nil, err
+	}
+	os.Chmod(dir, 0o1777)
+	sock := filepath.Join(dir, "passt.sock")
 	// passt sandboxes itself in a user namespace, which the kernel refuses
 	// to a chrooted process: in the test box, whose init chroots into the
 	// host's root from an initramfs, passt cannot start (it says
@@ -113,9 +121,9 @@ func (b *bench) startPasst(initrd string) (*exec.Cmd, func(), error) {
 		if _, err := os.Stat(sock); err == nil {
 			break
 		}
-		if i == 100 {
+		if i == 600 {
 			cleanup()
-			return nil, nil, fmt.Errorf("passt made no socket in 5 s: %s", perr.String())
+			return nil, nil, fmt.Errorf("passt made no socket in 30 s: %s", perr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

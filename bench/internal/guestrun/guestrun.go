@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"slices"
@@ -32,8 +33,12 @@ type Options struct {
 	Limit, BootLimit time.Duration
 }
 
-// consoleTail is how many of a failed run's last console lines are shown.
-const consoleTail = 40
+// consoleTail is how many of a failed run's last console lines are shown,
+// maxStderr how many bytes of the VMM's stderr (a goroutine dump).
+const (
+	consoleTail = 40
+	maxStderr   = 256 << 10
+)
 
 var resultLine = regexp.MustCompile(`nettool-result (\S+) ([0-9.]+) `)
 
@@ -57,7 +62,11 @@ func Run(cmd *exec.Cmd, opt Options) (map[string]float64, error) {
 	var killed atomic.Value
 	kill := func(why string) {
 		killed.CompareAndSwap(nil, why)
-		cmd.Process.Kill()
+		// SIGQUIT first: a Go VMM (smol) then writes every goroutine's
+		// stack to stderr, which the error below shows; anything else
+		// dies of it, or of the SIGKILL after.
+		cmd.Process.Signal(syscall.SIGQUIT)
+		time.AfterFunc(3*time.Second, func() { cmd.Process.Kill() })
 	}
 	timer := time.AfterFunc(opt.Limit, func() { kill(fmt.Sprintf("killed after %v", opt.Limit)) })
 	defer timer.Stop()
@@ -100,8 +109,12 @@ func Run(cmd *exec.Cmd, opt Options) (map[string]float64, error) {
 	// oops, a hang in some step).
 	detail := append(complaints, "...")
 	detail = append(detail, tail...)
+	errText := strings.TrimSpace(stderr.String())
+	if len(errText) > maxStderr {
+		errText = "..." + errText[len(errText)-maxStderr:]
+	}
 	return got, fmt.Errorf("%d of %d measurements (exit: %v); stderr: %s; console:\n  %s",
-		len(got), opt.Want, werr, strings.TrimSpace(stderr.String()), strings.Join(detail, "\n  "))
+		len(got), opt.Want, werr, errText, strings.Join(detail, "\n  "))
 }
 
 // Sink reads everything until the guest half-closes, then closes: the
