@@ -59,6 +59,9 @@ func ServeMachine(name string) (err error) {
 		return errors.New("the machine has no image")
 	}
 	if _, err := os.Stat(spec.Image.Disk); err != nil {
+		if spec.Image.Ref == BuiltinRoot {
+			return fmt.Errorf("its root, smol's busybox image %s, is no longer cached, and this smol's may differ: create the machine again", spec.Image.Digest)
+		}
 		return fmt.Errorf("its image %s (%s) is no longer cached: pull it again (smol pull %s)", spec.Image.Ref, spec.Image.Digest, spec.Image.Ref)
 	}
 	storage := st.Path(name, machine.StorageFile)

@@ -26,7 +26,7 @@ import (
 // MachineConfig describes a machine to create.
 type MachineConfig struct {
 	Name     string
-	Image    string // image reference, as for `smol run --image`; required
+	Image    string // image reference, as for `smol run --image`; "" is smol's busybox root (BuiltinRoot)
 	Pull     imagefs.PullPolicy
 	Insecure bool
 	Progress io.Writer // pull progress; nil is quiet
@@ -71,9 +71,6 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 	if err := machine.ValidateName(c.Name); err != nil {
 		return nil, err
 	}
-	if c.Image == "" {
-		return nil, errors.New("a machine needs an image (--image): its writable layer persists over it")
-	}
 	st, err := machineStore()
 	if err != nil {
 		return nil, err
@@ -114,11 +111,18 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 	if err != nil {
 		return nil, err
 	}
-	img, err := images.Get(ctx, c.Image, imagefs.Options{Pull: c.Pull, Insecure: c.Insecure, Progress: c.Progress})
+	var img *imagefs.Image
+	ref := c.Image
+	if ref == "" {
+		ref = BuiltinRoot
+		img, err = builtinRootImage(ctx, images, c.Progress)
+	} else {
+		img, err = images.Get(ctx, c.Image, imagefs.Options{Pull: c.Pull, Insecure: c.Insecure, Progress: c.Progress})
+	}
 	if err != nil {
 		return nil, err
 	}
-	spec.Image = &machine.Image{Ref: c.Image, Digest: img.Digest, Disk: img.Disk, Config: img.Config}
+	spec.Image = &machine.Image{Ref: ref, Digest: img.Digest, Disk: img.Disk, Config: img.Config}
 	if err := st.Create(spec); err != nil {
 		return nil, err
 	}

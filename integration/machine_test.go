@@ -632,3 +632,22 @@ func (w *firstWrite) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// A machine created without an image runs in smol's busybox root, and its
+// files persist like any machine's.
+func TestMachineWithoutImage(t *testing.T) {
+	home := t.TempDir()
+	mustMachine(t, home, "create", "bb", "--cpus", "1", "--mem", "256M", "--storage", "1G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "bb") })
+	if s := machineStatus(t, home, "bb"); s.Image != "smol:busybox" {
+		t.Errorf("image %q, want smol:busybox", s.Image)
+	}
+	startMachine(t, home, "bb")
+	mustMachine(t, home, "exec", "bb", "--", "sh", "-c", "echo kept > /root/x")
+	mustMachine(t, home, "stop", "bb")
+	startMachine(t, home, "bb")
+	if out := mustMachine(t, home, "exec", "bb", "--", "cat", "/root/x"); out != "kept\n" {
+		t.Errorf("after a restart /root/x holds %q", out)
+	}
+	mustMachine(t, home, "stop", "bb")
+}

@@ -25,7 +25,7 @@ each run by a VMM process of its own, with a writable root that survives
 stop and start.
 
 Commands:
-  create NAME --image REF [flags]   record a machine (nothing boots)
+  create NAME [--image REF] [flags] record a machine (nothing boots; no image: smol's busybox root)
   start NAME                        boot it; it keeps running after smol exits
   stop NAME [--timeout 10s]         shut it down cleanly (stopped hard after the timeout)
   restart NAME [--timeout 10s]      stop, then start
@@ -129,8 +129,8 @@ func withMachine(name string, args []string, fn func(context.Context, *smol.Name
 }
 
 func machineCreate(args []string) error {
-	fs := newFlags("create", "NAME --image REF [flags]")
-	image := fs.String("image", "", "the image its root is made from (as for smol run --image)")
+	fs := newFlags("create", "NAME [--image REF] [flags]")
+	image := fs.String("image", "", "the image its root is made from (as for smol run --image; default: smol's busybox root)")
 	pull := fs.String("pull", "missing", "when to pull --image: missing, always or never")
 	insecure := fs.Bool("insecure", false, "allow plain http and unverified TLS for --image's registry")
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
