@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/smolvm/smol/bench/internal/stats"
 )
 
 // figure is one measurement the guest reports (key, as nettool names it)
@@ -59,8 +60,8 @@ func report(smolRuns, qemuRuns []map[string]float64) bool {
 				pairs = append(pairs, fmt.Sprintf("%.2f", s/q))
 			}
 		}
-		s, okS := median(sv)
-		q, okQ := median(qv)
+		s, okS := stats.Median(sv), len(sv) > 0
+		q, okQ := stats.Median(qv), len(qv) > 0
 		if !okS || !okQ || q == 0 {
 			fmt.Printf("%s: not measured (smol %d runs, qemu-microvm %d runs)\n", f.label, len(sv), len(qv))
 			complete = false
@@ -81,16 +82,4 @@ func report(smolRuns, qemuRuns []map[string]float64) bool {
 	fmt.Println()
 	fmt.Println("(vsock figures compare smol's userspace device with QEMU's in-kernel vhost-vsock)")
 	return complete
-}
-
-func median(xs []float64) (float64, bool) {
-	if len(xs) == 0 {
-		return 0, false
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2], true
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
 }

@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
+
+	"github.com/smolvm/smol/bench/internal/stats"
 )
 
 // figure is one measurement the guest reports and how it is printed.
@@ -29,18 +30,6 @@ func describeRun(got map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-func median(xs []float64) (float64, bool) {
-	if len(xs) == 0 {
-		return 0, false
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2], true
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
-}
-
 // report prints each figure's median per VMM and smol-gateway's ratio
 // against every other.
 func report(vmms []*vmm, runs map[string][]map[string]float64) {
@@ -54,8 +43,8 @@ func report(vmms []*vmm, runs map[string][]map[string]float64) {
 					xs = append(xs, x)
 				}
 			}
-			if m, ok := median(xs); ok {
-				meds[v.name][f.key] = m
+			if len(xs) > 0 {
+				meds[v.name][f.key] = stats.Median(xs)
 			}
 		}
 	}

@@ -10,33 +10,21 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/smolvm/smol/internal/syncbuf"
 	"github.com/smolvm/smol/netdev/policy"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-// syncBuffer is an egress log a test can read while flows write it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) events(t *testing.T) []Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// egressEvents parses an egress log.
+func egressEvents(t *testing.T, log *syncbuf.Buffer) []Event {
+	t.Helper()
 	var out []Event
-	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -52,13 +40,13 @@ func (s *syncBuffer) events(t *testing.T) []Event {
 type rig struct {
 	*guest
 	hosts *hosts
-	log   *syncBuffer
+	log   *syncbuf.Buffer
 }
 
 func newRig(t *testing.T, p *policy.Policy, records map[string]string, limits Limits) *rig {
 	t.Helper()
 	h := &hosts{}
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	gw, err := New(Config{GuestMAC: guestMAC, Policy: p, Resolvers: []string{dnsServer(t, records)}, Dialer: h, Log: log, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +206,7 @@ func TestAllowHostPolicy(t *testing.T) {
 		}
 	}
 	var denials []string
-	for _, e := range r.log.events(t) {
+	for _, e := range egressEvents(t, r.log) {
 		if !e.Allowed {
 			denials = append(denials, e.Proto+" "+e.Dst+e.Name)
 		}
@@ -339,7 +327,7 @@ func TestFlowLimits(t *testing.T) {
 		c.Close()
 	}
 	found := false
-	for _, e := range r.log.events(t) {
+	for _, e := range egressEvents(t, r.log) {
 		found = found || strings.HasPrefix(e.Reason, "limit")
 	}
 	if !found {
