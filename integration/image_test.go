@@ -27,6 +27,7 @@ import (
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/internal/imagetest"
+	"github.com/smolvm/smol/internal/syncbuf"
 )
 
 // The image tests serve images from a real registry in this process (in the
@@ -358,9 +359,10 @@ func TestAgentServesExecRequests(t *testing.T) {
 	}
 	stopBoot := make(chan syscall.Signal, 1)
 	bootExit := make(chan agent.Exit, 1)
+	bootOut := &syncbuf.Buffer{}
 	go func() {
-		exit, _ := agent.Run(bootConn, agent.Start{Args: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"}, PowerOff: true},
-			agent.Streams{Signals: stopBoot})
+		exit, _ := agent.Run(bootConn, agent.Start{Args: []string{"sh", "-c", "trap 'exit 0' TERM; echo trapped; while true; do sleep 0.1; done"}, PowerOff: true},
+			agent.Streams{Stdout: bootOut, Signals: stopBoot})
 		bootConn.Close()
 		bootExit <- exit
 	}()
@@ -381,6 +383,10 @@ func TestAgentServesExecRequests(t *testing.T) {
 		t.Fatalf("exec: %+v, %v, stdout %q; want status 3 and exec-ok", exit, err, stdout.String())
 	}
 
+	// The signal must find the shell's trap in place.
+	if !bootOut.WaitFor("trapped", time.Now().Add(bootTimeout)) {
+		t.Fatalf("the boot command never set its trap; its output: %q", bootOut.String())
+	}
 	stopBoot <- syscall.SIGTERM
 	if e := <-bootExit; e.Code != 0 {
 		t.Fatalf("boot command ended with %+v, want 0", e)
