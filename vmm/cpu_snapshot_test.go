@@ -3,8 +3,8 @@ package vmm
 import (
 	"encoding/binary"
 	"os"
-	"sync/atomic"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +48,7 @@ func tinyMachine(t *testing.T, code []byte) *Machine {
 // readCounter is a port device that counts the guest's reads.
 type readCounter struct{ reads atomic.Uint64 }
 
-func (d *readCounter) Read(offset uint64, data []byte) { d.reads.Add(1); clear(data) }
+func (d *readCounter) Read(offset uint64, data []byte)  { d.reads.Add(1); clear(data) }
 func (d *readCounter) Write(offset uint64, data []byte) {}
 
 // TestStateAtAnINExitIsPastTheIN: a paused vCPU's state is read only
