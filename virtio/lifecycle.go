@@ -139,8 +139,11 @@ func (l *Lifecycle) Pause() {
 	}
 }
 
-// Resume lets a parked worker continue. Wake-ups that arrived meanwhile
-// are still pending, so it serves them at once.
+// Resume lets a parked worker continue, and wakes it for every queue: a
+// pause can cut a drain short (Interrupted) with requests still available
+// whose notification the worker had already taken, and the driver will
+// not notify for them again. Wake-ups that arrived meanwhile are pending
+// anyway.
 func (l *Lifecycle) Resume() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -154,6 +157,9 @@ func (l *Lifecycle) Resume() {
 	w.pausing, w.resumed = make(chan struct{}), make(chan struct{})
 	w.pmu.Unlock()
 	close(resumed)
+	for _, wake := range l.wakes {
+		wake.Signal()
+	}
 }
 
 // Worker is one activation of a device, as its worker goroutine sees it.

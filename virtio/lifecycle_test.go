@@ -129,3 +129,48 @@ func TestLifecyclePauseOfAnExitedWorker(t *testing.T) {
 		t.Fatal("Pause waited for a worker that had returned")
 	}
 }
+
+// TestResumeFinishesADrainThePauseCut: a worker paused in the middle of
+// draining its queue goes on with what is left after Resume, with no new
+// notification (the driver sends none for requests it already announced).
+func TestResumeFinishesADrainThePauseCut(t *testing.T) {
+	l := NewLifecycle("test", 1)
+	var pending atomic.Int64
+	pending.Store(1000)
+	inDrain := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	run := func(w *Worker) {
+		for w.Wait(0) {
+			for !w.Interrupted() && pending.Load() > 0 {
+				if pending.Add(-1) == 500 {
+					inDrain <- struct{}{}
+					<-gate // the pause is requested meanwhile
+				}
+			}
+		}
+	}
+	if err := l.Activate(Env{}, run); err != nil {
+		t.Fatal(err)
+	}
+	<-inDrain
+	paused := make(chan struct{})
+	go func() { l.Pause(); close(paused) }()
+	for !func() bool { // wait until the pause is requested
+		select {
+		case <-l.cur.Pausing():
+			return true
+		default:
+			return false
+		}
+	}() {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	<-paused
+	if left := pending.Load(); left == 0 {
+		t.Fatal("the pause did not cut the drain short: nothing to test")
+	}
+	l.Resume()
+	waitFor(t, "the rest of the drain after Resume", func() bool { return pending.Load() == 0 })
+	l.Reset()
+}

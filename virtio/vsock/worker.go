@@ -99,7 +99,9 @@ func (w *worker) serviceReady(timer <-chan time.Time) bool {
 		case <-w.life.Stop():
 			return false
 		case <-w.life.Pausing():
-			return true // run parks when it next waits
+			// Park here, between passes: going round again would
+			// pump the queues of a paused device.
+			return w.life.Park()
 		case ev := <-w.host.events:
 			w.hostEvent(ev)
 		case in := <-w.incoming:
