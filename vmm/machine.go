@@ -37,6 +37,10 @@ type Config struct {
 	// EgressLog receives the network gateway's egress log (JSON lines);
 	// nil discards it.
 	EgressLog io.Writer
+
+	// restore, set by Restore, rebuilds a snapshotted machine instead of
+	// loading a kernel.
+	restore *restoreSource
 }
 
 // StopReason says why a machine stopped.
@@ -138,7 +142,9 @@ func New(cfg Config) (_ *Machine, err error) {
 		}
 	}()
 	trace("vmm.New")
-	if m.mem, err = memory.New(cfg.Memory); err != nil {
+	if cfg.restore != nil {
+		m.mem = cfg.restore.memory
+	} else if m.mem, err = memory.New(cfg.Memory); err != nil {
 		return nil, err
 	}
 	if m.devices, m.spec, err = openVirtio(cfg.Devices, m.mem, cfg.EgressLog); err != nil {
@@ -154,6 +160,10 @@ func New(cfg Config) (_ *Machine, err error) {
 	// together are the VMM's start-up time.
 	loaded := make(chan error, 1)
 	go func() {
+		if cfg.restore != nil {
+			loaded <- nil // the guest's memory already holds everything
+			return
+		}
 		var err error
 		m.entry, err = boot.Load(m.mem, boot.Config{
 			Kernel:  cfg.Kernel,
@@ -172,6 +182,12 @@ func New(cfg Config) (_ *Machine, err error) {
 	}
 	if hostErr != nil {
 		return nil, hostErr
+	}
+	if cfg.restore != nil {
+		if err := m.restoreState(cfg.restore); err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
 	if err := m.setEntryState(m.vcpus[0].fd); err != nil {
 		return nil, err
@@ -431,8 +447,14 @@ func (m *Machine) FirstRun() time.Time {
 // (zero if it has not).
 func (m *Machine) UserspaceReached() time.Time { return m.legacy.bootTimer.Reached() }
 
-// BootProtocol says how the kernel was entered ("pvh" or "linux64").
-func (m *Machine) BootProtocol() string { return string(m.entry.Protocol) }
+// BootProtocol says how the kernel was entered ("pvh" or "linux64"), or
+// "restored" for a machine restored from a snapshot.
+func (m *Machine) BootProtocol() string {
+	if m.entry == nil {
+		return "restored"
+	}
+	return string(m.entry.Protocol)
+}
 
 // Balloon returns the balloon device, or nil when Config.Balloon was false.
 func (m *Machine) Balloon() *balloon.Device { return m.balloon }

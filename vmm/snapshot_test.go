@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -70,5 +71,60 @@ func TestSnapshotOfAPausedMachine(t *testing.T) {
 	}
 	if !bytes.Equal(got, m.Memory().Bytes()) {
 		t.Error("the snapshot's RAM differs from the paused guest's")
+	}
+}
+
+// TestRestoreFromASnapshotFile: a machine restored from a paused one's
+// snapshot continues its count without passing the entry point again,
+// and neither the file nor the paused original sees its writes.
+func TestRestoreFromASnapshotFile(t *testing.T) {
+	parent := tinyMachine(t, inLoopCode)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, 1000)
+	if err := parent.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.snap")
+	if err := parent.Snapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := counter(t, parent)
+
+	child, err := Restore(path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
+	if child.BootProtocol() != "restored" {
+		t.Errorf("boot protocol %q", child.BootProtocol())
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, child, at+1000)
+	b, _ := child.Memory().Slice(bootsAddr, 8)
+	if boots := binary.LittleEndian.Uint64(b); boots != 1 {
+		t.Fatalf("the restored machine passed the entry point again (%d starts)", boots)
+	}
+	if c := counter(t, parent); c != at {
+		t.Errorf("the paused parent's counter moved from %d to %d", at, c)
+	}
+	child.Pause()
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Error("the restored guest's writes reached the snapshot file")
+	}
+
+	// Damaged files are refused with one line, before any VM exists.
+	short := filepath.Join(t.TempDir(), "short.snap")
+	os.WriteFile(short, before[:len(before)/2], 0o600)
+	if _, err := Restore(short, Config{}); !errors.Is(err, snapshot.ErrFormat) {
+		t.Errorf("a truncated snapshot: %v", err)
 	}
 }

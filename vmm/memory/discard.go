@@ -38,6 +38,12 @@ func (g *Guest) Discard(addr, length uint64) error {
 	if err != nil {
 		return fmt.Errorf("discard guest memory: %w", err)
 	}
+	if g.private {
+		if err := g.discardPrivate(off, length); err != nil {
+			return fmt.Errorf("discard guest memory [%#x, +%#x): map zero pages: %w", addr, length, err)
+		}
+		return nil
+	}
 	if err := unix.Fallocate(g.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(length)); err != nil {
 		return fmt.Errorf("discard guest memory [%#x, +%#x): punch hole in memfd at %#x: %w", addr, length, off, err)
 	}

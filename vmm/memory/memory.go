@@ -33,9 +33,10 @@ func (r Region) End() uint64 { return r.GuestAddr + r.Size }
 
 // Guest is a VM's RAM.
 type Guest struct {
-	fd      int
+	fd      int // the memfd; -1 for a private mapping of a file (NewPrivate)
 	mapping []byte
 	regions []Region
+	private bool
 }
 
 // New creates size bytes of guest RAM (a multiple of PageSize), untouched.
