@@ -145,7 +145,13 @@ var quietStack sync.Once
 
 // New starts a gateway.
 func New(cfg Config) (*Gateway, error) {
-	quietStack.Do(func() { gvlog.SetTarget(gvlog.GoogleEmitter{Writer: &gvlog.Writer{Next: io.Discard}}) })
+	quietStack.Do(func() {
+		// The logger itself, not only the global target: gVisor's
+		// packages keep rate-limited loggers made at init from it.
+		l := gvlog.Log()
+		l.Emitter = gvlog.GoogleEmitter{Writer: &gvlog.Writer{Next: io.Discard}}
+		l.SetLevel(gvlog.Warning)
+	})
 	if cfg.GuestMAC == [6]byte{} || cfg.GuestMAC[0]&1 != 0 {
 		return nil, fmt.Errorf("gateway: guest MAC %x is not a unicast address", cfg.GuestMAC)
 	}

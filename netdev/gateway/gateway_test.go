@@ -170,16 +170,31 @@ func TestAllowHostPolicy(t *testing.T) {
 		t.Errorf("TXT of an allowed name under policy: %v %v, want nothing", m, err)
 	}
 
+	// On the web's ports the connection must name its server, and the
+	// name must be the one the address was learned for.
+	req := "GET / HTTP/1.0\r\nHost: allowed.test\r\n\r\n"
 	c, err := r.dial(ctxT(t), "198.51.100.1:80")
 	if err != nil {
 		t.Fatalf("allowed.test after lookup: %v", err)
 	}
-	c.Write([]byte("hi"))
-	buf := make([]byte, 2)
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
+	c.Write([]byte(req))
+	buf := make([]byte, len(req))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != req {
 		t.Errorf("allowed flow: %q %v", buf, err)
 	}
 	c.Close()
+	for _, other := range []string{"GET / HTTP/1.0\r\nHost: other.test\r\n\r\n", "GET / HTTP/1.0\r\n\r\n", "not http at all\r\n\r\n"} {
+		c, err := r.dial(ctxT(t), "198.51.100.1:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(other))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 64)); err == nil {
+			t.Errorf("%q on allowed.test's address answered %d bytes", other, n)
+		}
+		c.Close()
+	}
 	r.refusedFast(t, "198.51.100.1:22") // not one of the name's ports
 	r.refusedFast(t, "198.51.100.2:80") // denied.test's address, never handed out
 

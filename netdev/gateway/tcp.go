@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/smolvm/smol/netdev/policy"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -22,7 +23,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
 	if dst.Port() == 53 {
 		// DNS over TCP, to any address, is the gateway's to answer.
-		g.acceptTCP(r, func(guest net.Conn) { g.serveDNSStream(guest) })
+		g.acceptTCP(r, func(guest net.Conn, _ tcpip.Endpoint) { g.serveDNSStream(guest) })
 		return
 	}
 	if dst.Addr() == GatewayIP {
@@ -41,6 +42,10 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
+	if v.Learned && namedPort(dst.Port()) {
+		g.acceptTCP(r, func(guest net.Conn, ep tcpip.Endpoint) { g.relayNamed(guest, ep, dst) })
+		return
+	}
 	ctx, cancel := context.WithTimeout(g.ctx, dialTimeout)
 	host, err := g.dialer.DialContext(ctx, "tcp", dst.String())
 	cancel()
@@ -50,13 +55,41 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	g.events.flow(policy.TCP, dst, v)
-	g.acceptTCP(r, func(guest net.Conn) { relay(g.ctx, guest, host) })
+	g.acceptTCP(r, func(guest net.Conn, _ tcpip.Endpoint) { relay(g.ctx, guest, host) })
 	host.Close()
+}
+
+// relayNamed serves a connection that must name its server: the guest's
+// handshake is complete, so its first bytes can be read for the name; a
+// name the policy does not bind to this address resets the connection
+// before anything reaches a host.
+func (g *Gateway) relayNamed(guest net.Conn, ep tcpip.Endpoint, dst netip.AddrPort) {
+	first, name := serverName(guest, dst.Port())
+	v := g.policy.CheckName(name, dst)
+	if !v.Allowed {
+		g.events.flow(policy.TCP, dst, v)
+		ep.Abort()
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, dialTimeout)
+	host, err := g.dialer.DialContext(ctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		g.events.flow(policy.TCP, dst, policy.Verdict{Name: name, Reason: "host connect failed"})
+		ep.Abort()
+		return
+	}
+	defer host.Close()
+	g.events.flow(policy.TCP, dst, v)
+	if _, err := host.Write(first); err != nil {
+		return
+	}
+	relay(g.ctx, guest, host)
 }
 
 // acceptTCP completes the guest's handshake and runs serve on the
 // connection, closing it after.
-func (g *Gateway) acceptTCP(r *tcp.ForwarderRequest, serve func(net.Conn)) {
+func (g *Gateway) acceptTCP(r *tcp.ForwarderRequest, serve func(net.Conn, tcpip.Endpoint)) {
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
@@ -70,7 +103,7 @@ func (g *Gateway) acceptTCP(r *tcp.ForwarderRequest, serve func(net.Conn)) {
 		return
 	}
 	defer g.flows.Done()
-	serve(guest)
+	serve(guest, ep)
 }
 
 // halfCloser is a connection whose write side can be shut alone.

@@ -52,6 +52,10 @@ type Verdict struct {
 	// Reason says why, for the egress log: "no policy", "cidr 10.0.0.0/8",
 	// "learned", "floor: loopback", "not allowed".
 	Reason string
+	// Learned says the address is allowed only as one learned for an
+	// allowed name: a connection that names its server (TLS, HTTP) must
+	// then pass CheckName too.
+	Learned bool
 }
 
 // Policy is one guest's egress policy. Its methods are safe for concurrent
@@ -280,7 +284,7 @@ func (p *Policy) Check(proto string, dst netip.AddrPort) Verdict {
 			continue
 		}
 		if proto == ICMP || slices.Contains(e.ports, port) {
-			return Verdict{Allowed: true, Name: e.name, Reason: "learned"}
+			return Verdict{Allowed: true, Name: e.name, Reason: "learned", Learned: true}
 		}
 	}
 	return Verdict{Reason: "not allowed"}
@@ -337,4 +341,27 @@ func (c CIDRRule) String() string {
 		return fmt.Sprintf("[%s]:%d", c.Prefix, c.Port)
 	}
 	return fmt.Sprintf("%s:%d", c.Prefix, c.Port)
+}
+
+// CheckName decides a connection whose client named the host it wants
+// (TLS SNI, the HTTP Host header) after Check allowed its destination as
+// a learned address: the name must be one the rules allow on this port
+// and the destination must have been learned for that very name. Without
+// it, an address shared by many names (a CDN) would open all of them to
+// a guest that looked up one.
+func (p *Policy) CheckName(name string, dst netip.AddrPort) Verdict {
+	name = canonicalName(name)
+	if name == "" {
+		return Verdict{Reason: "not allowed (no server name in the connection)"}
+	}
+	addr := dst.Addr().Unmap()
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.learned[addr] {
+		if e.name == name && e.expires.After(now) && slices.Contains(e.ports, dst.Port()) {
+			return Verdict{Allowed: true, Name: name, Reason: "learned, name checked"}
+		}
+	}
+	return Verdict{Name: name, Reason: "not allowed (server name " + name + " not learned for this address)"}
 }

@@ -176,3 +176,21 @@ func TestDenyAll(t *testing.T) {
 		t.Errorf("DenyAll allows a flow: %+v", v)
 	}
 }
+
+func TestCheckNameBindsTheServerNameToItsAddress(t *testing.T) {
+	p := New(Config{Hosts: []HostRule{mustHost(t, "allowed.test"), mustHost(t, "other.test")}})
+	shared := netip.MustParseAddr("198.51.100.7") // one CDN address for two names
+	p.Learn("allowed.test", shared, time.Hour)
+	dst := netip.AddrPortFrom(shared, 443)
+	if v := p.CheckName("Allowed.Test.", dst); !v.Allowed {
+		t.Errorf("the learned name: %+v", v)
+	}
+	for _, name := range []string{"other.test", "denied.test", ""} {
+		if v := p.CheckName(name, dst); v.Allowed {
+			t.Errorf("%q on allowed.test's address: %+v", name, v)
+		}
+	}
+	if v := p.CheckName("allowed.test", netip.AddrPortFrom(shared, 22)); v.Allowed {
+		t.Errorf("another port: %+v", v)
+	}
+}
