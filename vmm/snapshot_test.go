@@ -128,3 +128,62 @@ func TestRestoreFromASnapshotFile(t *testing.T) {
 		t.Errorf("a truncated snapshot: %v", err)
 	}
 }
+
+// TestForkContinuesAndDiverges: a child forked from a paused machine
+// continues the count from the fork point without re-entering; the parent
+// resumes and runs on; each then counts alone, neither seeing the other's
+// memory.
+func TestForkContinuesAndDiverges(t *testing.T) {
+	parent := tinyMachine(t, inLoopCode)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, 1000)
+	if err := parent.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	at := counter(t, parent)
+	child, err := parent.Fork(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
+	if got := counter(t, child); got != at {
+		t.Fatalf("the child's counter is %d at the fork point, the parent's %d", got, at)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, child, at+1000)
+	if c := counter(t, parent); c != at {
+		t.Fatalf("the paused parent's counter moved to %d: it sees the child's writes", c)
+	}
+	if err := child.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	childAt := counter(t, child)
+	if err := parent.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, at+100)
+	if c := counter(t, child); c != childAt {
+		t.Fatalf("the paused child's counter moved from %d to %d: it sees the parent's writes", childAt, c)
+	}
+	b, _ := child.Memory().Slice(bootsAddr, 8)
+	if boots := binary.LittleEndian.Uint64(b); boots != 1 {
+		t.Fatalf("the child re-entered the guest (%d starts)", boots)
+	}
+	// A fork of the fork carries the child's count.
+	grandchild, err := child.Fork(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { grandchild.Stop(); grandchild.Wait(); grandchild.Close() })
+	if got := counter(t, grandchild); got != childAt {
+		t.Fatalf("the grandchild starts at %d, its parent stood at %d", got, childAt)
+	}
+	if err := grandchild.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, grandchild, childAt)
+}

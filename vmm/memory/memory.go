@@ -36,7 +36,8 @@ type Guest struct {
 	fd      int // the memfd; -1 for a private mapping of a file (NewPrivate)
 	mapping []byte
 	regions []Region
-	private bool
+	private bool // the mapping is private: discards map zero pages
+	frozen  bool // the memfd is sealed: the base of forks (fork.go)
 }
 
 // New creates size bytes of guest RAM (a multiple of PageSize), untouched.
@@ -44,7 +45,7 @@ func New(size uint64) (*Guest, error) {
 	if size == 0 || size%PageSize != 0 {
 		return nil, fmt.Errorf("guest memory size %d is not a positive multiple of %d", size, PageSize)
 	}
-	fd, err := unix.MemfdCreate("smol-guest-ram", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("smol-guest-ram", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
