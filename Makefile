@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-image   cached image run vs bare boot (box), and 100 MiB image unpack vs tar+mke2fs"
 	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 	@echo "make bench-machine machine exec/start/cp against smol run and a cat pipe, idle VMM memory (N=$(N))"
+	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox
@@ -108,6 +109,9 @@ bench-devices: build kernel box-kernel guest
 bench-net: build kernel box-kernel guest
 	$(GO) build -o bin/bench-net ./bench/net
 	@bin/smolbox "bin/bench-net -rounds $(ROUNDS)"
+
+bench-fork:
+	$(GO) run ./bench/fork -n $(N)
 
 bench-machine: build kernel box-kernel guest
 	$(GO) build -o bin/bench-machine ./bench/machine

@@ -1,0 +1,134 @@
+// Command fork measures the VMM's side of forking a paused machine, from
+// the Fork call to the child's first KVM_RUN, against creating and
+// starting the same machine afresh (vmm.New and Start to the first
+// KVM_RUN), for several RAM sizes, in one session. The guest is a tiny
+// counting program (no kernel), so it runs on the host's own /dev/kvm,
+// PVM included: this measures the VMM, not a guest.
+//
+//	go run ./bench/fork -n 20 -sizes 256M,1G,4G
+package main
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/bench/internal/stats"
+	"github.com/smolvm/smol/internal/testkernel"
+	"github.com/smolvm/smol/vmm"
+)
+
+// countingCode adds 1 to the qword at 0x200000 forever.
+var countingCode = []byte{0x48, 0xff, 0x04, 0x25, 0x00, 0x00, 0x20, 0x00, 0xeb, 0xf6}
+
+func main() {
+	n := flag.Int("n", 20, "forks and fresh starts per size")
+	sizes := flag.String("sizes", "256M,1G,4G", "guest RAM sizes")
+	flag.Parse()
+	os.Setenv("SMOL_ALLOW_PVM", "1")
+	dir, err := os.MkdirTemp("", "smol-bench-fork-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	kernel := filepath.Join(dir, "vmlinux")
+	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, countingCode), 0o644); err != nil {
+		fatal(err)
+	}
+	fmt.Printf("fork bench: %d forks and %d fresh starts per size, 1 vCPU, host /dev/kvm\n", *n, *n)
+	for _, s := range strings.Split(*sizes, ",") {
+		size, err := smol.ParseSize(s)
+		if err != nil {
+			fatal(err)
+		}
+		fork, fresh, err := measure(kernel, size, *n)
+		if err != nil {
+			fatal(fmt.Errorf("%s: %w", s, err))
+		}
+		f, c := stats.Median(fork), stats.Median(fresh)
+		fmt.Printf("%-5s fork %.2f ms  fresh start %.2f ms  ratio %.2f\n", s, f, c, f/c)
+	}
+}
+
+func measure(kernel string, size uint64, n int) (fork, fresh []float64, err error) {
+	cfg := vmm.Config{Kernel: kernel, CPUs: 1, Memory: size}
+	parent, err := vmm.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { parent.Stop(); parent.Wait(); parent.Close() }()
+	if err := parent.Start(); err != nil {
+		return nil, nil, err
+	}
+	if err := waitCount(parent); err != nil {
+		return nil, nil, err
+	}
+	if err := parent.Pause(); err != nil {
+		return nil, nil, err
+	}
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		child, err := parent.Fork(vmm.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := runToFirstEntry(child, start)
+		if err != nil {
+			return nil, nil, err
+		}
+		fork = append(fork, d)
+
+		start = time.Now()
+		m, err := vmm.New(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		if d, err = runToFirstEntry(m, start); err != nil {
+			return nil, nil, err
+		}
+		fresh = append(fresh, d)
+	}
+	return fork, fresh, nil
+}
+
+// runToFirstEntry starts m, waits for its vCPU's first KVM_RUN and
+// returns the milliseconds since start; m is closed.
+func runToFirstEntry(m *vmm.Machine, start time.Time) (float64, error) {
+	defer func() { m.Stop(); m.Wait(); m.Close() }()
+	if err := m.Start(); err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.FirstRun().IsZero() {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the vCPU never entered the guest")
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return float64(m.FirstRun().Sub(start).Microseconds()) / 1000, nil
+}
+
+func waitCount(m *vmm.Machine) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := m.Memory().Slice(0x200000, 8)
+		if err != nil {
+			return err
+		}
+		if binary.LittleEndian.Uint64(b) > 0 {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("the guest never counted")
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	os.Exit(1)
+}
