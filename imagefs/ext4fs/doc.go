@@ -17,8 +17,9 @@
 // A deliberately small subset of ext4, which every Linux since 3.16 mounts
 // read-write and e2fsck accepts as clean:
 //
-//   - 4 KiB blocks, 256-byte inodes with nanosecond times, no journal, no
-//     checksums (the base image is never written in place);
+//   - 4 KiB blocks, 256-byte inodes with nanosecond times, no checksums,
+//     and no journal unless Options.JournalBlocks asks for one (a base
+//     image is never written in place; a machine's writable layer is);
 //   - extents for every regular file, directory and long symlink;
 //   - flex_bg, so that bitmaps and inode tables can all be placed at the
 //     end, after the file data, which is therefore streamed straight into

@@ -42,6 +42,12 @@ func (w *Writer) Finish() (Stats, error) {
 			}
 		}
 	}
+	if w.opt.JournalBlocks != 0 {
+		if w.journal, err = w.layoutJournal(mw); err != nil {
+			return Stats{}, err
+		}
+		nodes[journalIno] = w.journal
+	}
 	if err := mw.flush(); err != nil {
 		return Stats{}, err
 	}

@@ -238,6 +238,9 @@ func (w *Writer) superblock(l layout, freeBlocks, freeInodes uint64) []byte {
 	le.PutUint32(b[0x160:], 1) // signed directory hash, as x86 mke2fs says
 	b[0x174] = 4               // 16 groups per flex group
 	// s_backup_bgs (0x24C) stay 0: no backup superblocks.
+	if w.journal != nil {
+		w.putJournal(b, w.journal)
+	}
 	return b
 }
 

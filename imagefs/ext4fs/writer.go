@@ -39,6 +39,9 @@ type Options struct {
 	// again plus 16384.
 	Inodes int64
 	Now    time.Time // creation time recorded in the superblock
+	// JournalBlocks gives the filesystem a jbd2 journal of that many
+	// blocks (1024 to 32768; 0: none), for a disk that is written to.
+	JournalBlocks uint32
 }
 
 // Writer builds one image in a file it does not own: the caller creates
@@ -51,6 +54,7 @@ type Writer struct {
 	root      *Node
 	buf       []byte
 	finished  bool
+	journal   *Node // inode 8, when Options.JournalBlocks asks for one
 }
 
 // New starts an image in f, which must be empty.
@@ -60,6 +64,9 @@ func New(f *os.File, opt Options) (*Writer, error) {
 	}
 	if opt.MaxBytes <= 0 {
 		return nil, errors.New("ext4fs: MaxBytes must be positive")
+	}
+	if err := checkJournal(opt.JournalBlocks); err != nil {
+		return nil, err
 	}
 	// The largest image: the data, a third more of slack, the spare, and
 	// metadata (bounded generously by 1/8 of that, plus 64 MiB).
