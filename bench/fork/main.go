@@ -46,54 +46,67 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		fork, fresh, err := measure(kernel, size, *n)
+		r, err := measure(kernel, size, *n)
 		if err != nil {
 			fatal(fmt.Errorf("%s: %w", s, err))
 		}
-		f, c := stats.Median(fork), stats.Median(fresh)
-		fmt.Printf("%-5s fork %.2f ms  fresh start %.2f ms  ratio %.2f\n", s, f, c, f/c)
+		f, c := stats.Median(r.fork), stats.Median(r.fresh)
+		fmt.Printf("%-5s fork %.2f ms (of which memslots %.2f; Fork %.2f + to first KVM_RUN %.2f)  fresh start %.2f ms (memslots %.2f)  ratio %.2f\n",
+			s, f, stats.Median(r.forkSlots), stats.Median(r.forkCall), stats.Median(r.forkEnter), c, stats.Median(r.newSlots), f/c)
 	}
 }
 
-func measure(kernel string, size uint64, n int) (fork, fresh []float64, err error) {
+// result holds milliseconds per run: the whole, and its two parts (the
+// call that builds the machine, then Start to the first KVM_RUN).
+type result struct {
+	fork, forkCall, forkEnter, forkSlots []float64
+	fresh, newSlots                      []float64
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func measure(kernel string, size uint64, n int) (r result, err error) {
 	cfg := vmm.Config{Kernel: kernel, CPUs: 1, Memory: size}
 	parent, err := vmm.New(cfg)
 	if err != nil {
-		return nil, nil, err
+		return r, err
 	}
 	defer func() { parent.Stop(); parent.Wait(); parent.Close() }()
 	if err := parent.Start(); err != nil {
-		return nil, nil, err
+		return r, err
 	}
 	if err := waitCount(parent); err != nil {
-		return nil, nil, err
+		return r, err
 	}
 	if err := parent.Pause(); err != nil {
-		return nil, nil, err
+		return r, err
 	}
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		child, err := parent.Fork(vmm.Config{})
 		if err != nil {
-			return nil, nil, err
+			return r, err
 		}
+		built := time.Since(start)
+		r.forkSlots = append(r.forkSlots, ms(child.MemslotTime()))
 		d, err := runToFirstEntry(child, start)
 		if err != nil {
-			return nil, nil, err
+			return r, err
 		}
-		fork = append(fork, d)
+		r.fork, r.forkCall, r.forkEnter = append(r.fork, d), append(r.forkCall, ms(built)), append(r.forkEnter, d-ms(built))
 
 		start = time.Now()
 		m, err := vmm.New(cfg)
 		if err != nil {
-			return nil, nil, err
+			return r, err
 		}
+		r.newSlots = append(r.newSlots, ms(m.MemslotTime()))
 		if d, err = runToFirstEntry(m, start); err != nil {
-			return nil, nil, err
+			return r, err
 		}
-		fresh = append(fresh, d)
+		r.fresh = append(r.fresh, d)
 	}
-	return fork, fresh, nil
+	return r, nil
 }
 
 // runToFirstEntry starts m, waits for its vCPU's first KVM_RUN and
