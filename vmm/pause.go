@@ -72,6 +72,7 @@ func (m *Machine) Resume() error {
 	for _, vd := range m.virtio {
 		vd.transport.Resume()
 	}
+	m.tellGuestItWasPaused()
 	p.paused = false
 	p.cond.Broadcast()
 	for p.parked > 0 && !m.stopping.Load() {
@@ -126,4 +127,16 @@ func (m *Machine) wantsPark() bool {
 	m.pause.mu.Lock()
 	defer m.pause.mu.Unlock()
 	return m.pause.paused
+}
+
+// tellGuestItWasPaused sets the "stopped by the host" flag in each vCPU's
+// kvmclock page (KVM_KVMCLOCK_CTRL) before the vCPUs run again, so that a
+// Linux guest paused for longer than its watchdog's threshold does not
+// report soft lockups on resume. A guest that has not enabled kvmclock
+// (no Linux yet, or a tiny test guest) makes KVM answer EINVAL: nothing
+// to tell it.
+func (m *Machine) tellGuestItWasPaused() {
+	for _, v := range m.vcpus {
+		v.fd.KVMClockCtrl()
+	}
 }

@@ -90,6 +90,9 @@ func (m *Machine) restoreState(src *restoreSource) error {
 	if err := m.RestoreCPUState(src.vcpus, src.vm); err != nil {
 		return err
 	}
+	// The guest was stopped between the snapshot and now, as after a
+	// pause.
+	m.tellGuestItWasPaused()
 	if len(src.devices) != len(m.virtio) {
 		return fmt.Errorf("the snapshot has %d devices, the machine %d", len(src.devices), len(m.virtio))
 	}
