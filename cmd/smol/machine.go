@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -78,9 +79,9 @@ func machineCommand(args []string) (int, error) {
 	case "status":
 		return 0, machineStatus(rest)
 	case "logs":
-		return 0, machineLogs(rest)
+		return 0, machineLog("logs", rest, (*smol.NamedMachine).Logs)
 	case "events":
-		return 0, machineEvents(rest)
+		return 0, machineLog("events", rest, (*smol.NamedMachine).Events)
 	case "rm":
 		return 0, machineRemove(rest)
 	case "run":
@@ -359,8 +360,10 @@ func machineStatus(args []string) error {
 	return nil
 }
 
-func machineLogs(args []string) error {
-	fs := newFlags("logs", "NAME [-f]")
+// machineLog implements logs and events: print one of a machine's
+// bounded logs, and with -f keep printing it.
+func machineLog(name string, args []string, read func(*smol.NamedMachine, context.Context, io.Writer, bool) error) error {
+	fs := newFlags(name, "NAME [-f]")
 	follow := fs.BoolP("follow", "f", false, "keep printing as the log grows")
 	names, err := parse(fs, args, 1)
 	if err != nil {
@@ -370,21 +373,7 @@ func machineLogs(args []string) error {
 	if err != nil {
 		return err
 	}
-	return m.Logs(context.Background(), os.Stdout, *follow)
-}
-
-func machineEvents(args []string) error {
-	fs := newFlags("events", "NAME [-f]")
-	follow := fs.BoolP("follow", "f", false, "keep printing as the log grows")
-	names, err := parse(fs, args, 1)
-	if err != nil {
-		return err
-	}
-	m, err := smol.OpenMachine(names[0])
-	if err != nil {
-		return err
-	}
-	return m.Events(context.Background(), os.Stdout, *follow)
+	return read(m, context.Background(), os.Stdout, *follow)
 }
 
 func machineRemove(args []string) error {

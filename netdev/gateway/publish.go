@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/smolvm/smol/netdev/policy"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -43,7 +43,7 @@ func ParsePort(s string) (Port, error) {
 	if i < 0 {
 		return p, fmt.Errorf("-p %q: want [HOSTADDR:]HOSTPORT:GUESTPORT[/tcp|/udp]", s)
 	}
-	guest, err := portNumber(spec[i+1:])
+	guest, err := policy.ParsePort(spec[i+1:])
 	if err != nil {
 		return p, fmt.Errorf("-p %q: guest %w", s, err)
 	}
@@ -58,20 +58,12 @@ func ParsePort(s string) (Port, error) {
 		}
 		hostPort = hostSpec[j+1:]
 	}
-	host, err := portNumber(hostPort)
+	host, err := policy.ParsePort(hostPort)
 	if err != nil {
 		return p, fmt.Errorf("-p %q: host %w", s, err)
 	}
 	p.Host = netip.AddrPortFrom(addr.Unmap(), host)
 	return p, nil
-}
-
-func portNumber(s string) (uint16, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
-	}
-	return uint16(n), nil
 }
 
 // publisher serves the published ports: it owns their host listeners.

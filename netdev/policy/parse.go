@@ -14,7 +14,7 @@ func ParseHost(s string) (HostRule, error) {
 	var r HostRule
 	name := s
 	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		port, err := parsePort(s[i+1:])
+		port, err := ParsePort(s[i+1:])
 		if err != nil {
 			return r, fmt.Errorf("--allow-host %q: %w", s, err)
 		}
@@ -75,7 +75,7 @@ func ParseCIDR(s string) (CIDRRule, error) {
 			if !ok {
 				return r, fmt.Errorf("--allow-cidr %q: want [PREFIX]:PORT", s)
 			}
-			port, err := parsePort(p)
+			port, err := ParsePort(p)
 			if err != nil {
 				return r, fmt.Errorf("--allow-cidr %q: %w", s, err)
 			}
@@ -83,7 +83,7 @@ func ParseCIDR(s string) (CIDRRule, error) {
 		}
 	case strings.Count(s, ":") == 1:
 		i := strings.IndexByte(s, ':')
-		port, err := parsePort(s[i+1:])
+		port, err := ParsePort(s[i+1:])
 		if err != nil {
 			return r, fmt.Errorf("--allow-cidr %q: %w", s, err)
 		}
@@ -106,7 +106,9 @@ func ParseCIDR(s string) (CIDRRule, error) {
 	return r, nil
 }
 
-func parsePort(s string) (uint16, error) {
+// ParsePort parses a port number, 1 to 65535, for every flag that
+// names one.
+func ParsePort(s string) (uint16, error) {
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 {
 		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
