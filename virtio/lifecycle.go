@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Lifecycle is the one mechanism every smol device uses to run its queue
@@ -131,6 +132,7 @@ func (l *Lifecycle) Pause() {
 	}
 	w.paused = true
 	w.pmu.Lock()
+	w.pauseRequested.Store(true)
 	close(w.pausing)
 	w.pmu.Unlock()
 	select {
@@ -155,6 +157,7 @@ func (l *Lifecycle) Resume() {
 	w.pmu.Lock()
 	resumed := w.resumed
 	w.pausing, w.resumed = make(chan struct{}), make(chan struct{})
+	w.pauseRequested.Store(false)
 	w.pmu.Unlock()
 	close(resumed)
 	for _, wake := range l.wakes {
@@ -176,6 +179,9 @@ type Worker struct {
 	pausing chan struct{} // closed while a pause is requested
 	resumed chan struct{} // closed by the Resume that ends this pause
 	parked  chan struct{} // the worker's acknowledgement of a pause
+	// pauseRequested mirrors pausing being closed, for Interrupted, which
+	// workers call once per request: an atomic load, not a lock.
+	pauseRequested atomic.Bool
 }
 
 // Stop is closed when the device is reset: the worker must return.
@@ -216,10 +222,11 @@ func (w *Worker) Park() bool {
 // workers check it between requests, so a reset or a pause waits for one
 // request at most.
 func (w *Worker) Interrupted() bool {
+	if w.pauseRequested.Load() {
+		return true
+	}
 	select {
 	case <-w.stop:
-		return true
-	case <-w.Pausing():
 		return true
 	default:
 		return false
