@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -198,6 +199,13 @@ func echoTCP(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveEcho(t, l)
+	return l.Addr().String()
+}
+
+// serveEcho echoes every connection l accepts, passing the client's EOF
+// on as a half-close where the connection has one, until the test ends.
+func serveEcho(t *testing.T, l net.Listener) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -207,21 +215,13 @@ func echoTCP(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						c.Write(buf[:n])
-					}
-					if err != nil {
-						c.(*net.TCPConn).CloseWrite()
-						return
-					}
+				io.Copy(c, c)
+				if hc, ok := c.(interface{ CloseWrite() error }); ok {
+					hc.CloseWrite()
 				}
 			}()
 		}
 	}()
-	return l.Addr().String()
 }
 
 // echoUDP starts a UDP echo server on loopback.

@@ -38,19 +38,7 @@ func (g *guest) echoServer(t *testing.T, port uint16) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	serveEcho(t, l)
 }
 
 func freePort(t *testing.T, network string) string {

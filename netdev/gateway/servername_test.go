@@ -26,19 +26,7 @@ func tlsEcho(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	serveEcho(t, l)
 	return l.Addr().String()
 }
 
