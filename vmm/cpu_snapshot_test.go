@@ -27,7 +27,14 @@ const (
 	bootsAddr = counterAddr + 8
 )
 
+// tinyMachine builds (not starts) a 1-vCPU, 64 MiB machine whose
+// "kernel" is code, on the host's /dev/kvm (PVM allowed).
 func tinyMachine(t *testing.T, code []byte) *Machine {
+	t.Helper()
+	return tinyMachineN(t, code, 1)
+}
+
+func tinyMachineN(t *testing.T, code []byte, cpus int) *Machine {
 	t.Helper()
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
@@ -37,7 +44,7 @@ func tinyMachine(t *testing.T, code []byte) *Machine {
 	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, code), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Kernel: kernel, CPUs: 1, Memory: 64 << 20})
+	m, err := New(Config{Kernel: kernel, CPUs: cpus, Memory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

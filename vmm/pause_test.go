@@ -2,12 +2,8 @@ package vmm
 
 import (
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/smolvm/smol/internal/testkernel"
 )
 
 // countingGuest boots vCPUs that each add 1 to a 64-bit counter in guest
@@ -16,23 +12,11 @@ const counterAddr = 0x200000
 
 func countingGuest(t *testing.T, cpus int) *Machine {
 	t.Helper()
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		t.Skip("no /dev/kvm")
-	}
-	t.Setenv("SMOL_ALLOW_PVM", "1")
 	code := []byte{
 		0x48, 0xff, 0x04, 0x25, 0x00, 0x00, 0x20, 0x00, // inc qword [0x200000]
 		0xeb, 0xf6, // jmp back to the inc
 	}
-	kernel := filepath.Join(t.TempDir(), "vmlinux")
-	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, code), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(Config{Kernel: kernel, CPUs: cpus, Memory: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Stop(); m.Wait(); m.Close() })
+	m := tinyMachineN(t, code, cpus)
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
 	}
