@@ -84,7 +84,7 @@ func main() {
 				failures[v.name]++
 			}
 			runs[v.name] = append(runs[v.name], got)
-			fmt.Printf("round %d %-12s %s\n", r+1, v.name, describeRun(got))
+			fmt.Printf("round %d %-12s %s\n", r+1, v.name, guestrun.Describe(figures, got))
 		}
 	}
 	if len(vmms) < 2 {

@@ -4,36 +4,19 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/smolvm/smol/bench/internal/guestrun"
 	"github.com/smolvm/smol/bench/internal/stats"
 )
 
-// figure is one measurement the guest reports (key, as nettool names it)
-// and how the bench prints it.
-type figure struct {
-	key, label, unit string
-}
-
-var figures = []figure{
-	{"blk-seq-read", "blk seq-read", "MB/s"},
-	{"blk-seq-write", "blk seq-write", "MB/s"},
-	{"blk-rand-read", "blk 4k-rand-read", "IOPS"},
-	{"tcp-send", "tcp guest->host", "MB/s"},
-	{"tcp-recv", "tcp host->guest", "MB/s"},
-	{"vsock-send", "vsock guest->host (qemu: vhost)", "MB/s"},
-	{"vsock-recv", "vsock host->guest (qemu: vhost)", "MB/s"},
-}
-
-// describeRun is one guest run's figures on one line.
-func describeRun(got map[string]float64) string {
-	var parts []string
-	for _, f := range figures {
-		if x, ok := got[f.key]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.1f", f.key, x))
-		} else {
-			parts = append(parts, f.key+" -")
-		}
-	}
-	return strings.Join(parts, ", ")
+// figures are what the guest measures, in the order it prints them.
+var figures = []guestrun.Figure{
+	{Key: "blk-seq-read", Label: "blk seq-read", Unit: "MB/s"},
+	{Key: "blk-seq-write", Label: "blk seq-write", Unit: "MB/s"},
+	{Key: "blk-rand-read", Label: "blk 4k-rand-read", Unit: "IOPS"},
+	{Key: "tcp-send", Label: "tcp guest->host", Unit: "MB/s"},
+	{Key: "tcp-recv", Label: "tcp host->guest", Unit: "MB/s"},
+	{Key: "vsock-send", Label: "vsock guest->host (qemu: vhost)", Unit: "MB/s"},
+	{Key: "vsock-recv", Label: "vsock host->guest (qemu: vhost)", Unit: "MB/s"},
 }
 
 // report prints each figure's medians over the rounds and their ratio,
@@ -48,8 +31,8 @@ func report(smolRuns, qemuRuns []map[string]float64) bool {
 		var pairs []string
 		var sv, qv []float64
 		for i := range min(len(smolRuns), len(qemuRuns)) {
-			s, okS := smolRuns[i][f.key]
-			q, okQ := qemuRuns[i][f.key]
+			s, okS := smolRuns[i][f.Key]
+			q, okQ := qemuRuns[i][f.Key]
 			if okS {
 				sv = append(sv, s)
 			}
@@ -63,16 +46,16 @@ func report(smolRuns, qemuRuns []map[string]float64) bool {
 		s, okS := stats.Median(sv), len(sv) > 0
 		q, okQ := stats.Median(qv), len(qv) > 0
 		if !okS || !okQ || q == 0 {
-			fmt.Printf("%s: not measured (smol %d runs, qemu-microvm %d runs)\n", f.label, len(sv), len(qv))
+			fmt.Printf("%s: not measured (smol %d runs, qemu-microvm %d runs)\n", f.Label, len(sv), len(qv))
 			complete = false
 			continue
 		}
 		ratio := s / q
-		fmt.Printf("%s: smol %.1f %s, qemu-microvm %.1f %s, ratio %.2f [rounds: %s]\n", f.label, s, f.unit, q, f.unit, ratio, strings.Join(pairs, " "))
+		fmt.Printf("%s: smol %.1f %s, qemu-microvm %.1f %s, ratio %.2f [rounds: %s]\n", f.Label, s, f.Unit, q, f.Unit, ratio, strings.Join(pairs, " "))
 		if ratio >= 1 {
-			met = append(met, fmt.Sprintf("%s %.2f", f.label, ratio))
+			met = append(met, fmt.Sprintf("%s %.2f", f.Label, ratio))
 		} else {
-			below = append(below, fmt.Sprintf("%s %.2f", f.label, ratio))
+			below = append(below, fmt.Sprintf("%s %.2f", f.Label, ratio))
 		}
 	}
 	fmt.Printf("summary: %d of %d figures at or above 1.0x QEMU microvm", len(met), len(figures))

@@ -82,7 +82,7 @@ func main() {
 				failures++
 			}
 			runs[v.name] = append(runs[v.name], got)
-			fmt.Printf("round %d %-12s %s\n", r+1, v.name, describeRun(got))
+			fmt.Printf("round %d %-12s %s\n", r+1, v.name, guestrun.Describe(figures, got))
 		}
 	}
 	report(vmms, runs)

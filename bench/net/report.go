@@ -2,32 +2,16 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/smolvm/smol/bench/internal/guestrun"
 	"github.com/smolvm/smol/bench/internal/stats"
 )
 
-// figure is one measurement the guest reports and how it is printed.
-type figure struct {
-	key, label, unit string
-}
-
-var figures = []figure{
-	{"tcp-send", "tcp guest->host", "MB/s"},
-	{"tcp-recv", "tcp host->guest", "MB/s"},
-	{"tcp-connect", "tcp connection setup", "conn/s"},
-}
-
-func describeRun(got map[string]float64) string {
-	var parts []string
-	for _, f := range figures {
-		if x, ok := got[f.key]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.1f", f.key, x))
-		} else {
-			parts = append(parts, f.key+" -")
-		}
-	}
-	return strings.Join(parts, ", ")
+// figures are what the guest measures, in the order it prints them.
+var figures = []guestrun.Figure{
+	{Key: "tcp-send", Label: "tcp guest->host", Unit: "MB/s"},
+	{Key: "tcp-recv", Label: "tcp host->guest", Unit: "MB/s"},
+	{Key: "tcp-connect", Label: "tcp connection setup", Unit: "conn/s"},
 }
 
 // report prints each figure's median per VMM and smol-gateway's ratio
@@ -39,21 +23,21 @@ func report(vmms []*vmm, runs map[string][]map[string]float64) {
 		for _, f := range figures {
 			var xs []float64
 			for _, r := range runs[v.name] {
-				if x, ok := r[f.key]; ok {
+				if x, ok := r[f.Key]; ok {
 					xs = append(xs, x)
 				}
 			}
 			if len(xs) > 0 {
-				meds[v.name][f.key] = stats.Median(xs)
+				meds[v.name][f.Key] = stats.Median(xs)
 			}
 		}
 	}
 	fmt.Println("medians:")
 	for _, f := range figures {
-		line := fmt.Sprintf("  %-22s", f.label)
+		line := fmt.Sprintf("  %-22s", f.Label)
 		for _, v := range vmms {
-			if m, ok := meds[v.name][f.key]; ok {
-				line += fmt.Sprintf("  %s %.1f %s", v.name, m, f.unit)
+			if m, ok := meds[v.name][f.Key]; ok {
+				line += fmt.Sprintf("  %s %.1f %s", v.name, m, f.Unit)
 			} else {
 				line += fmt.Sprintf("  %s -", v.name)
 			}
@@ -66,13 +50,13 @@ func report(vmms []*vmm, runs map[string][]map[string]float64) {
 	}
 	fmt.Println("ratios (smol-gateway / peer, higher is better for smol):")
 	for _, f := range figures {
-		line := fmt.Sprintf("  %-22s", f.label)
+		line := fmt.Sprintf("  %-22s", f.Label)
 		for _, v := range vmms {
 			if v.name == "smol-gateway" {
 				continue
 			}
-			g, okG := gw[f.key]
-			p, okP := meds[v.name][f.key]
+			g, okG := gw[f.Key]
+			p, okP := meds[v.name][f.Key]
 			if okG && okP && p > 0 {
 				line += fmt.Sprintf("  vs %s %.2f", v.name, g/p)
 			} else {

@@ -164,3 +164,22 @@ func Initramfs(prefix, initPath, nettoolPath, rc string) (string, error) {
 	}
 	return f.Name(), nil
 }
+
+// Figure is one measurement a guest reports (Key, as nettool names it)
+// and how a benchmark prints it.
+type Figure struct {
+	Key, Label, Unit string
+}
+
+// Describe is one run's figures on one line, "-" for those it missed.
+func Describe(figures []Figure, got map[string]float64) string {
+	var parts []string
+	for _, f := range figures {
+		if x, ok := got[f.Key]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", f.Key, x))
+		} else {
+			parts = append(parts, f.Key+" -")
+		}
+	}
+	return strings.Join(parts, ", ")
+}
