@@ -17,10 +17,12 @@
 //
 //	header   magic "SMOLSNAP", major u16, minor u16, sections u32, reserved u32,
 //	         table checksum [32]byte (SHA-256 of the table)
-//	table    per section: name [24]byte (NUL-padded), version u32, reserved u32,
+//	table    per section: name [24]byte (NUL-padded), version u32, flags u32 (1: raw region),
 //	         offset u64, length u64, checksum [32]byte (SHA-256 of the payload)
 //	payloads the sections' JSON, one after the other
-//	ram      from a page boundary: the guest's RAM, a sparse file region
-//	         (zero pages are holes), described by the "ram" section's table
-//	         entry (its checksum is zero: not hashed)
+//	regions  each from a page boundary: raw bytes, sparse (zero runs are
+//	         holes), not hashed (checksum zero): the guest's RAM ("ram", always
+//	         there, a multiple of pages; empty in a fork's hand-over, whose RAM
+//	         is the parent's sealed memfd) and, in a snapshot meant to restore
+//	         anywhere, each disk's contents ("disk.0", "disk.1", ...)
 package snapshot

@@ -9,9 +9,12 @@ import (
 
 // The format's version. A file of another major version is refused; a
 // newer minor version adds only sections an older reader may ignore.
+//
+// 1.1 added raw regions besides the RAM (a machine's disks, flagged
+// regionFlag in the table); a 1.0 file reads as before.
 const (
 	Major = 1
-	Minor = 0
+	Minor = 1
 )
 
 var magic = [8]byte{'S', 'M', 'O', 'L', 'S', 'N', 'A', 'P'}
@@ -30,6 +33,10 @@ const (
 // RAMSection names the table entry of the guest's RAM.
 const RAMSection = "ram"
 
+// regionFlag marks a table entry as a raw region (the RAM, a disk): bytes
+// that are copied or mapped, never decoded, so neither capped nor hashed.
+const regionFlag = 1
+
 // ErrFormat wraps every way a file fails to be a snapshot this smol can
 // read; the message says which.
 var ErrFormat = errors.New("not a usable smol snapshot")
@@ -42,6 +49,7 @@ func formatErr(format string, args ...any) error {
 type entry struct {
 	name     string
 	version  uint32
+	flags    uint32
 	offset   uint64
 	length   uint64
 	checksum [sha256.Size]byte
@@ -51,6 +59,7 @@ func (e entry) put(b []byte) {
 	copy(b[:nameLen], e.name)
 	le := binary.LittleEndian
 	le.PutUint32(b[nameLen:], e.version)
+	le.PutUint32(b[nameLen+4:], e.flags)
 	le.PutUint64(b[nameLen+8:], e.offset)
 	le.PutUint64(b[nameLen+16:], e.length)
 	copy(b[nameLen+24:], e.checksum[:])
@@ -75,7 +84,7 @@ func parseEntry(b []byte) (entry, error) {
 		return entry{}, formatErr("a section without a name")
 	}
 	le := binary.LittleEndian
-	e := entry{name: string(raw[:n]), version: le.Uint32(b[nameLen:]), offset: le.Uint64(b[nameLen+8:]), length: le.Uint64(b[nameLen+16:])}
+	e := entry{name: string(raw[:n]), version: le.Uint32(b[nameLen:]), flags: le.Uint32(b[nameLen+4:]), offset: le.Uint64(b[nameLen+8:]), length: le.Uint64(b[nameLen+16:])}
 	copy(e.checksum[:], b[nameLen+24:])
 	return e, nil
 }

@@ -16,6 +16,7 @@ type Reader struct {
 	size     int64
 	minor    uint16
 	sections map[string]entry
+	regions  map[string]entry
 	ram      entry
 }
 
@@ -70,14 +71,16 @@ func open(f *os.File) (*Reader, error) {
 	if sum := sha256.Sum256(table); !bytes.Equal(sum[:], header[20:20+sha256.Size]) {
 		return nil, formatErr("the section table's checksum does not match")
 	}
-	r := &Reader{f: f, size: size, minor: minor, sections: map[string]entry{}}
+	r := &Reader{f: f, size: size, minor: minor, sections: map[string]entry{}, regions: map[string]entry{}}
 	haveRAM := false
 	for i := 0; i < int(n); i++ {
 		e, err := parseEntry(table[i*entryLen : (i+1)*entryLen])
 		if err != nil {
 			return nil, err
 		}
-		if _, dup := r.sections[e.name]; dup || e.name == RAMSection && haveRAM {
+		_, dupSection := r.sections[e.name]
+		_, dupRegion := r.regions[e.name]
+		if dupSection || dupRegion || e.name == RAMSection && haveRAM {
 			return nil, formatErr("section %s appears twice", e.name)
 		}
 		if e.offset < uint64(tableEnd) || e.offset > uint64(size) || e.length > uint64(size)-e.offset {
@@ -88,6 +91,13 @@ func open(f *os.File) (*Reader, error) {
 				return nil, formatErr("the RAM region [%d, +%d) is not page-aligned", e.offset, e.length)
 			}
 			r.ram, haveRAM = e, true
+			continue
+		}
+		if e.flags&regionFlag != 0 {
+			if e.offset%PageSize != 0 {
+				return nil, formatErr("region %s at %d is not page-aligned", e.name, e.offset)
+			}
+			r.regions[e.name] = e
 			continue
 		}
 		if e.length > MaxSection {
@@ -137,4 +147,45 @@ func (r *Reader) Section(name string, version uint32, v any) error {
 // mapping: a private mapping of [offset, offset+length) of File.
 func (r *Reader) RAM() (f *os.File, offset, length int64) {
 	return r.f, int64(r.ram.offset), int64(r.ram.length)
+}
+
+// Region returns a raw region (Writer.Region) as a reader of its bytes and
+// its length; ok is false when the snapshot has no such region.
+func (r *Reader) Region(name string) (rd *io.SectionReader, length int64, ok bool) {
+	e, ok := r.regions[name]
+	if !ok {
+		return nil, 0, false
+	}
+	return io.NewSectionReader(r.f, int64(e.offset), int64(e.length)), int64(e.length), true
+}
+
+// CopyRegion writes region name to dst (a new, empty file), sparsely:
+// only the snapshot file's data extents inside the region are read, and
+// zero runs stay holes.
+func (r *Reader) CopyRegion(name string, dst *os.File) error {
+	e, ok := r.regions[name]
+	if !ok {
+		return formatErr("no region %s", name)
+	}
+	buf := make([]byte, 64<<10)
+	base, length := int64(e.offset), int64(e.length)
+	err := DataExtents(r.f, base, base+length, func(start, end int64) error {
+		for pos := start; pos < end; pos += int64(len(buf)) {
+			n := min(int64(len(buf)), end-pos)
+			if _, err := r.f.ReadAt(buf[:n], pos); err != nil {
+				return err
+			}
+			if allZero(buf[:n]) {
+				continue
+			}
+			if _, err := dst.WriteAt(buf[:n], pos-base); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return dst.Truncate(length)
 }

@@ -166,3 +166,72 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestDiskRegions: a sparse disk file travels as a region and comes back
+// byte for byte, reading and writing only its data.
+func TestDiskRegions(t *testing.T) {
+	dir := t.TempDir()
+	disk, err := os.Create(filepath.Join(dir, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const diskSize = 64 << 20
+	disk.WriteAt([]byte("superblock"), 1024)
+	disk.WriteAt(bytes.Repeat([]byte{0xab}, 8192), 40<<20)
+	disk.Truncate(diskSize + 7) // not a page multiple
+	p := filepath.Join(dir, "m.snap")
+	w, err := NewWriter(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Section("vcpu.0", 1, vcpuState{RIP: 1})
+	if err := w.Region("disk.0", disk, diskSize+7); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Region("vcpu.0", disk, 1); err == nil {
+		t.Error("a region named like a section was accepted")
+	}
+	ram := ramImage()
+	if err := w.Commit(bytes.NewReader(ram), int64(len(ram))); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(p, &st)
+	if st.Blocks*512 > 1<<20 {
+		t.Errorf("a snapshot of 16 KiB of data takes %d bytes", st.Blocks*512)
+	}
+	r, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, _, ok := r.Region("disk.1"); ok {
+		t.Error("a region that is not there")
+	}
+	_, length, ok := r.Region("disk.0")
+	if !ok || length != diskSize+7 {
+		t.Fatalf("region disk.0: %v, %d bytes", ok, length)
+	}
+	out, err := os.Create(filepath.Join(dir, "out.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CopyRegion("disk.0", out); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(disk.Name())
+	got, _ := os.ReadFile(out.Name())
+	if !bytes.Equal(got, want) {
+		t.Error("the disk differs after the round trip")
+	}
+	syscall.Stat(out.Name(), &st)
+	if st.Blocks*512 > 1<<20 {
+		t.Errorf("the copied disk is not sparse: %d bytes allocated", st.Blocks*512)
+	}
+	f, off, n := r.RAM()
+	gotRAM := make([]byte, n)
+	f.ReadAt(gotRAM, off)
+	if !bytes.Equal(gotRAM, ram) {
+		t.Error("RAM differs beside a disk region")
+	}
+}

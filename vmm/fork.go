@@ -32,8 +32,9 @@ func (m *Machine) Fork(cfg Config) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
+	legacy := m.legacy.state()
 	cfg.CPUs, cfg.Memory = m.cfg.CPUs, m.cfg.Memory
-	cfg.restore = &restoreSource{memory: mem, vcpus: vcpus, vm: vm, devices: devices}
+	cfg.restore = &restoreSource{memory: mem, vcpus: vcpus, vm: vm, legacy: &legacy, devices: devices}
 	child, err := New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fork: %w", err)

@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"fmt"
 	"io"
 	"time"
 
@@ -106,4 +107,18 @@ func (d *legacyDevices) close() {
 	if d.uartIRQ != nil {
 		d.uartIRQ.close()
 	}
+}
+
+func (d *legacyDevices) state() LegacyState {
+	return LegacyState{Serial: d.uart.State(), BootTimer: d.bootTimer.Timer.State()}
+}
+
+func (d *legacyDevices) restore(s LegacyState) error {
+	if err := d.uart.Restore(s.Serial); err != nil {
+		return fmt.Errorf("serial: %w", err)
+	}
+	if err := d.bootTimer.Timer.Restore(s.BootTimer); err != nil {
+		return fmt.Errorf("boot timer: %w", err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package vmm
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 
 	"github.com/smolvm/smol/kvm"
@@ -20,17 +21,34 @@ type restoreSource struct {
 	memory  *memory.Guest
 	vcpus   []VCPUState
 	vm      VMState
+	legacy  *LegacyState // nil: fresh legacy devices (an in-process fork copies none)
 	devices []DeviceState
 }
 
 // Restore builds a machine from the snapshot at path, ready to Start: its
-// shape and devices come from the snapshot (cfg supplies only the console
-// and the egress log), its RAM is a private mapping of the snapshot's RAM
-// region (read as the guest touches it; its writes stay its own), and
-// every vCPU, the VM and each device continue where they were saved. A
-// snapshot from another architecture or CPU vendor, of another format or
-// section version, or damaged, is refused with one line.
+// shape comes from the snapshot, its RAM is a private mapping of the
+// snapshot's RAM region (read as the guest touches it; its writes stay
+// its own), and every vCPU, the VM and each device continue where they
+// were saved. cfg supplies the console and the egress log and, if it has
+// any, the devices' host side (disk files, the vsock socket), which must
+// match the snapshot's in kind and order; without, the snapshot's own are
+// opened. A snapshot from another architecture or CPU vendor, of another
+// format or section version, or damaged, is refused with one line.
 func Restore(path string, cfg Config) (*Machine, error) {
+	return restore(path, nil, cfg)
+}
+
+// RestoreFork builds a fork's child from the state file and sealed RAM
+// memfd that the parent's ForkState gave, as Restore does: the child's
+// RAM is a private mapping of the memfd, so nothing is copied.
+func RestoreFork(path string, ram *os.File, cfg Config) (*Machine, error) {
+	if ram == nil {
+		return nil, errors.New("restore of a fork without its RAM")
+	}
+	return restore(path, ram, cfg)
+}
+
+func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
 	r, err := snapshot.Open(path)
 	if err != nil {
 		return nil, err
@@ -62,6 +80,10 @@ func Restore(path string, cfg Config) (*Machine, error) {
 	if err := r.Section("vm", vmSectionVersion, &src.vm); err != nil {
 		return nil, err
 	}
+	src.legacy = new(LegacyState)
+	if err := r.Section(legacySection, legacySectionVersion, src.legacy); err != nil {
+		return nil, err
+	}
 	for i := 0; r.Has(fmt.Sprintf("device.%d", i)); i++ {
 		var ds DeviceState
 		if err := r.Section(fmt.Sprintf("device.%d", i), deviceSectionVersion, &ds); err != nil {
@@ -70,13 +92,22 @@ func Restore(path string, cfg Config) (*Machine, error) {
 		src.devices = append(src.devices, ds)
 	}
 	f, off, length := r.RAM()
+	if ram != nil {
+		if length != 0 {
+			return nil, fmt.Errorf("snapshot %s has its own RAM: it is no fork's", path)
+		}
+		f, off, length = ram, 0, int64(ms.Memory)
+	}
 	if uint64(length) != ms.Memory {
 		return nil, fmt.Errorf("snapshot %s: %d bytes of RAM for a machine of %d", path, length, ms.Memory)
+	}
+	if cfg.Devices, err = hostSide(ms.Devices, cfg.Devices); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	if src.memory, err = memory.NewPrivate(f, off, ms.Memory); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	cfg.CPUs, cfg.Memory, cfg.Devices, cfg.restore = ms.CPUs, ms.Memory, ms.Devices, src
+	cfg.CPUs, cfg.Memory, cfg.restore = ms.CPUs, ms.Memory, src
 	m, err := New(cfg)
 	if err != nil {
 		return nil, err // New closed the memory
@@ -89,6 +120,11 @@ func Restore(path string, cfg Config) (*Machine, error) {
 func (m *Machine) restoreState(src *restoreSource) error {
 	if err := m.RestoreCPUState(src.vcpus, src.vm); err != nil {
 		return err
+	}
+	if src.legacy != nil {
+		if err := m.legacy.restore(*src.legacy); err != nil {
+			return err
+		}
 	}
 	// The guest was stopped between the snapshot and now, as after a
 	// pause.
@@ -126,6 +162,43 @@ func restoreDevice(vd *virtioDevice, s DeviceState) error {
 		return err
 	}
 	return vd.transport.Restore(s.Transport)
+}
+
+// hostSide is the devices a restored machine opens: given's host side
+// (files, sockets) with saved's guest-visible identities, or saved itself
+// when given describes none. Anything the guest would see differently (a
+// disk more or less, read-only or not, another kind of network) is
+// refused: the guest's drivers hold state about the devices it had.
+func hostSide(saved, given Devices) (Devices, error) {
+	if len(given.Disks) == 0 && given.Net == nil && given.Vsock == nil && !given.Entropy && !given.Balloon {
+		return saved, nil
+	}
+	if len(given.Disks) != len(saved.Disks) || (given.Net == nil) != (saved.Net == nil) || (given.Vsock == nil) != (saved.Vsock == nil) ||
+		given.Entropy != saved.Entropy || given.Balloon != saved.Balloon {
+		return Devices{}, errors.New("the devices given differ from the snapshot's")
+	}
+	out := given
+	out.Disks = append([]Disk(nil), given.Disks...)
+	for i, d := range saved.Disks {
+		if out.Disks[i].ReadOnly != d.ReadOnly {
+			return Devices{}, fmt.Errorf("disk %d is read-only in one and not the other", i)
+		}
+		out.Disks[i].Serial = d.Serial
+	}
+	if saved.Net != nil {
+		if (saved.Net.TAP == "") != (given.Net.TAP == "") {
+			return Devices{}, errors.New("the snapshot's network is of another kind")
+		}
+		n := *given.Net
+		n.MAC = saved.Net.MAC
+		out.Net = &n
+	}
+	if saved.Vsock != nil {
+		v := *given.Vsock
+		v.CID = saved.Vsock.CID
+		out.Vsock = &v
+	}
+	return out, nil
 }
 
 func restoreWith[T any](s *T, restore func(T) error) error {

@@ -1,15 +1,20 @@
 package vmm
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"runtime"
 
+	"github.com/smolvm/smol/devices/boottimer"
+	"github.com/smolvm/smol/devices/serial"
 	"github.com/smolvm/smol/snapshot"
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/virtio/blk"
 	vnet "github.com/smolvm/smol/virtio/net"
 	"github.com/smolvm/smol/virtio/vsock"
+	"golang.org/x/sys/unix"
 )
 
 // Versions of the snapshot sections this package writes; a change to one
@@ -21,7 +26,36 @@ const (
 	vcpuSectionVersion    = 1
 	vmSectionVersion      = 1
 	deviceSectionVersion  = 1
+	legacySection         = "legacy"
+	legacySectionVersion  = 1
 )
+
+// SnapshotOptions says what a snapshot holds besides the machine's own
+// state and RAM.
+type SnapshotOptions struct {
+	// Sections are the caller's own state (the smol package's machine
+	// record), written beside the machine's under their names.
+	Sections []Section
+	// Disks copies every disk's contents into the file as regions disk.0,
+	// disk.1, ... (sparsely), so the snapshot restores on a host that has
+	// none of the machine's files (ReadDisk).
+	Disks bool
+}
+
+// Section is a caller's state section of a snapshot.
+type Section struct {
+	Name    string
+	Version uint32
+	Value   any
+}
+
+// LegacyState is the PC devices' part of a snapshot: the serial port's
+// registers and buffered bytes (the guest's 8250 driver keeps its own
+// view of them) and the boot timer.
+type LegacyState struct {
+	Serial    serial.State
+	BootTimer boottimer.State
+}
 
 // HostState says where a snapshot was taken, so that a restore can refuse
 // a host that cannot run it.
@@ -53,41 +87,106 @@ type DeviceState struct {
 // Snapshot writes the paused machine's state to a new file at path: the
 // host, the machine's shape and devices, every vCPU, the VM's clock and
 // interrupt controllers, every device (its worker parked, so its queue
-// positions are stable), and the guest's RAM, sparse. A restore of it is
-// the next step of this work; the file format is package snapshot's.
-func (m *Machine) Snapshot(path string) error {
+// positions are stable), the guest's RAM, sparse, and what opts adds.
+// Restore reads it back; the file format is package snapshot's.
+func (m *Machine) Snapshot(path string, opts SnapshotOptions) error {
 	if !m.Paused() {
 		return ErrNotPaused
 	}
-	w, err := snapshot.NewWriter(path)
+	w, err := m.stateWriter(path, opts.Sections)
 	if err != nil {
 		return err
 	}
-	vcpus, vm, err := m.CPUState()
-	if err != nil {
-		return err
-	}
-	host := HostState{Arch: runtime.GOARCH, CPUVendor: cpuVendor(vcpus[0]), TSCKHz: vcpus[0].TSCKHz}
-	if err := w.Section("host", hostSectionVersion, host); err != nil {
-		return err
-	}
-	if err := w.Section(machineSection, machineSectionVersion, MachineState{CPUs: m.cfg.CPUs, Memory: m.cfg.Memory, Devices: m.spec}); err != nil {
-		return err
-	}
-	for i, s := range vcpus {
-		if err := w.Section(fmt.Sprintf("vcpu.%d", i), vcpuSectionVersion, s); err != nil {
-			return err
-		}
-	}
-	if err := w.Section("vm", vmSectionVersion, vm); err != nil {
-		return err
-	}
-	for i, vd := range m.virtio {
-		if err := w.Section(fmt.Sprintf("device.%d", i), deviceSectionVersion, deviceState(vd)); err != nil {
-			return err
+	if opts.Disks {
+		for i, d := range m.spec.Disks {
+			f, err := os.Open(d.Path)
+			if err != nil {
+				return fmt.Errorf("snapshot of disk %d: %w", i, err)
+			}
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			if err := w.Region(diskRegion(i), f, fi.Size()); err != nil {
+				return err
+			}
 		}
 	}
 	return w.Commit(m.mem, int64(m.mem.Size()))
+}
+
+// diskRegion names disk i's region in a snapshot.
+func diskRegion(i int) string { return fmt.Sprintf("disk.%d", i) }
+
+// stateWriter starts a snapshot at path with every state section of the
+// paused machine and the caller's.
+func (m *Machine) stateWriter(path string, extra []Section) (*snapshot.Writer, error) {
+	w, err := snapshot.NewWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range extra {
+		if err := w.Section(s.Name, s.Version, s.Value); err != nil {
+			return nil, err
+		}
+	}
+	vcpus, vm, err := m.CPUState()
+	if err != nil {
+		return nil, err
+	}
+	host := HostState{Arch: runtime.GOARCH, CPUVendor: cpuVendor(vcpus[0]), TSCKHz: vcpus[0].TSCKHz}
+	if err := w.Section("host", hostSectionVersion, host); err != nil {
+		return nil, err
+	}
+	if err := w.Section(machineSection, machineSectionVersion, MachineState{CPUs: m.cfg.CPUs, Memory: m.cfg.Memory, Devices: m.spec}); err != nil {
+		return nil, err
+	}
+	for i, s := range vcpus {
+		if err := w.Section(fmt.Sprintf("vcpu.%d", i), vcpuSectionVersion, s); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Section("vm", vmSectionVersion, vm); err != nil {
+		return nil, err
+	}
+	if err := w.Section(legacySection, legacySectionVersion, m.legacy.state()); err != nil {
+		return nil, err
+	}
+	for i, vd := range m.virtio {
+		if err := w.Section(fmt.Sprintf("device.%d", i), deviceSectionVersion, deviceState(vd)); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// ForkState writes the paused machine's state, without its RAM, to a new
+// file at path, freezes its RAM (memory.Guest.Freeze) and returns the
+// sealed memfd that holds it: with the file, what RestoreFork needs to
+// start a child in another process (handed over as an open file, never
+// by path). The parent may resume afterwards and run on as a sibling.
+func (m *Machine) ForkState(path string, extra []Section) (*os.File, error) {
+	if !m.Paused() {
+		return nil, ErrNotPaused
+	}
+	w, err := m.stateWriter(path, extra)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.mem.Freeze(); err != nil {
+		return nil, err
+	}
+	fd, err := unix.FcntlInt(uintptr(m.mem.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fork: %w", err)
+	}
+	ram := os.NewFile(uintptr(fd), "smol-guest-ram")
+	if err := w.Commit(bytes.NewReader(nil), 0); err != nil {
+		ram.Close()
+		return nil, err
+	}
+	return ram, nil
 }
 
 func deviceState(vd *virtioDevice) DeviceState {

@@ -18,16 +18,16 @@ func TestSnapshotOfAPausedMachine(t *testing.T) {
 	}
 	waitAdvance(t, m, 100)
 	path := filepath.Join(t.TempDir(), "m.snap")
-	if err := m.Snapshot(path); !errors.Is(err, ErrNotPaused) {
+	if err := m.Snapshot(path, SnapshotOptions{}); !errors.Is(err, ErrNotPaused) {
 		t.Fatalf("snapshot of a running machine: %v", err)
 	}
 	if err := m.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Snapshot(path); err != nil {
+	if err := m.Snapshot(path, SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Snapshot(path); !errors.Is(err, os.ErrExist) {
+	if err := m.Snapshot(path, SnapshotOptions{}); !errors.Is(err, os.ErrExist) {
 		t.Errorf("a second snapshot over the first: %v", err)
 	}
 	want, wantVM, err := m.CPUState()
@@ -87,7 +87,7 @@ func TestRestoreFromASnapshotFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "m.snap")
-	if err := parent.Snapshot(path); err != nil {
+	if err := parent.Snapshot(path, SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := os.ReadFile(path)
@@ -186,4 +186,66 @@ func TestForkContinuesAndDiverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAdvance(t, grandchild, childAt)
+}
+
+// TestForkStateHandsOverRAMByFile: the hand-over a child in another VMM
+// process gets (a state file without RAM, the sealed memfd) restores a
+// child that continues the count while the parent runs on apart; the
+// file alone, or a file with RAM given a memfd too, is refused.
+func TestForkStateHandsOverRAMByFile(t *testing.T) {
+	parent := tinyMachine(t, inLoopCode)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, 1000)
+	if err := parent.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	at := counter(t, parent)
+	path := filepath.Join(t.TempDir(), "fork.state")
+	ram, err := parent.ForkState(path, []Section{{Name: "caller", Version: 3, Value: "record"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ram.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() > 1<<20 {
+		t.Fatalf("the hand-over file: %v, %v", fi, err)
+	}
+	if _, err := Restore(path, Config{}); err == nil {
+		t.Fatal("a hand-over file without its RAM restored")
+	}
+	if err := parent.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	child, err := RestoreFork(path, ram, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
+	if got := counter(t, child); got != at {
+		t.Fatalf("the child starts at %d, the fork point is %d", got, at)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, child, at+1000)
+	waitAdvance(t, parent, at+1000)
+	r, err := snapshot.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var v string
+	if err := r.Section("caller", 3, &v); err != nil || v != "record" {
+		t.Errorf("the caller's section: %q, %v", v, err)
+	}
+
+	full := filepath.Join(t.TempDir(), "full.snap")
+	child.Pause()
+	if err := child.Snapshot(full, SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreFork(full, ram, Config{}); err == nil {
+		t.Error("a snapshot with its own RAM restored over a memfd")
+	}
 }
