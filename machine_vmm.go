@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,11 +26,21 @@ const vmmCommand = "__vmm"
 // (ServeMachine); exported for the CLI's dispatch.
 const VMMCommand = vmmCommand
 
-// ServeMachine is the body of a machine's VMM process: it boots the
-// machine, serves its control socket, and returns when the VM has ended.
-// It holds the machine's VMM lock for its whole life, so that a second
-// VMM for the same machine cannot start and a dead one is seen as dead.
-func ServeMachine(name string) (err error) {
+// VMMSource is where a machine's VMM process takes its guest from: a
+// cold boot of the machine's disks (the zero value), a snapshot file
+// (smol machine restore), or a fork's hand-over (the parent's state file
+// and its sealed RAM, an open file inherited from the parent's VMM).
+type VMMSource struct {
+	Snapshot string
+	RAM      *os.File // with Snapshot: a fork's child
+}
+
+// ServeMachine is the body of a machine's VMM process: it boots (or
+// restores) the machine, serves its control socket, and returns when the
+// VM has ended. It holds the machine's VMM lock for its whole life, so
+// that a second VMM for the same machine cannot start and a dead one is
+// seen as dead.
+func ServeMachine(name string, src VMMSource) (err error) {
 	st, err := machineStore()
 	if err != nil {
 		return err
@@ -108,25 +119,17 @@ func ServeMachine(name string) (err error) {
 		defer egress.Close()
 		cfg.EgressLog = egress
 	}
-	if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
-		return err
+	b := &machineBackend{store: st, spec: spec, vsock: vsockPath, started: started}
+	if src.Snapshot == "" {
+		err = b.boot(cfg, boot)
+	} else {
+		err = b.restore(cfg, src)
 	}
-	m, err := Start(cfg)
 	if err != nil {
 		return err
 	}
+	m := b.m
 	defer m.Close()
-	conn, err := acceptAgent(boot, m)
-	if err != nil {
-		m.Stop()
-		return err
-	}
-	_, err = agent.Run(conn, agent.Start{Idle: true, Hostname: name}, agent.Streams{})
-	conn.Close()
-	if err != nil {
-		m.Stop()
-		return fmt.Errorf("guest agent: %w", err)
-	}
 
 	sock := st.SocketPath(name, machine.ControlSock)
 	os.Remove(sock) // a dead VMM's: we hold the machine's lock
@@ -136,7 +139,6 @@ func ServeMachine(name string) (err error) {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	os.Chmod(sock, 0o600)
-	b := &machineBackend{m: m, store: st, spec: spec, vsock: vsockPath, started: started}
 	srv := machine.NewServer(b)
 	go srv.Serve(ctl)
 	defer func() {
@@ -163,6 +165,32 @@ type machineBackend struct {
 	vsock    string
 	started  time.Time
 	stopping atomic.Bool
+	// statesMu makes snapshots and forks one at a time: each pauses the
+	// machine and decides whether to resume it.
+	statesMu sync.Mutex
+}
+
+// boot cold-boots the machine and waits for its agent's first call.
+func (b *machineBackend) boot(cfg Config, boot net.Listener) (err error) {
+	if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
+		return err
+	}
+	if b.m, err = Start(cfg); err != nil {
+		return err
+	}
+	conn, err := acceptAgent(boot, b.m)
+	if err != nil {
+		b.m.Stop()
+		return err
+	}
+	start := agent.Start{Idle: true, Hostname: b.spec.Name, Identity: &agent.Identity{Generation: b.spec.Generation}}
+	_, err = agent.Run(conn, start, agent.Streams{})
+	conn.Close()
+	if err != nil {
+		b.m.Stop()
+		return fmt.Errorf("guest agent: %w", err)
+	}
+	return nil
 }
 
 func (b *machineBackend) Info() machine.Info {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -244,6 +245,12 @@ var VMMExecutable string
 // the guest agent answers; the machine keeps running after this program
 // exits.
 func (m *NamedMachine) Start(ctx context.Context) error {
+	return m.startVMM(ctx, VMMSource{})
+}
+
+// startVMM starts the machine's VMM process, booting it or restoring it
+// from src, and waits until it says the machine runs.
+func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 	name := m.spec.Name
 	sl, err := m.lockStart()
 	if err != nil {
@@ -265,7 +272,15 @@ func (m *NamedMachine) Start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "machine", vmmCommand, name)
+	args := []string{"machine", vmmCommand, name}
+	if src.Snapshot != "" {
+		args = append(args, "--restore", src.Snapshot)
+	}
+	cmd := exec.Command(bin, args...)
+	if src.RAM != nil {
+		cmd.Args = append(cmd.Args, "--ram-fd", strconv.Itoa(forkChildFD))
+		cmd.ExtraFiles = []*os.File{src.RAM}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())

@@ -108,6 +108,25 @@ func Start(cfg Config) (*Machine, error) {
 		}
 		cfg.Kernel = k
 	}
+	vm, err := vmm.New(cfg.vmmConfig())
+	if err != nil {
+		return nil, err
+	}
+	return run(vm)
+}
+
+// run starts a built VM's vCPUs.
+func run(vm *vmm.Machine) (*Machine, error) {
+	if err := vm.Start(); err != nil {
+		vm.Close()
+		return nil, err
+	}
+	return &Machine{vm: vm}, nil
+}
+
+// vmmConfig fills in cfg's defaults (but the kernel's) and translates it
+// for package vmm.
+func (cfg Config) vmmConfig() vmm.Config {
 	if cfg.CPUs == 0 {
 		cfg.CPUs = DefaultCPUs
 	}
@@ -123,7 +142,7 @@ func Start(cfg Config) (*Machine, error) {
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
-	vm, err := vmm.New(vmm.Config{
+	return vmm.Config{
 		Kernel:       cfg.Kernel,
 		Initrd:       cfg.Initrd,
 		Cmdline:      cmdline,
@@ -139,15 +158,7 @@ func Start(cfg Config) (*Machine, error) {
 			Entropy: !cfg.NoEntropy,
 			Balloon: !cfg.NoBalloon,
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	if err := vm.Start(); err != nil {
-		vm.Close()
-		return nil, err
-	}
-	return &Machine{vm: vm}, nil
 }
 
 // Run boots a VM and waits for it to end.

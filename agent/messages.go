@@ -32,6 +32,65 @@ type Start struct {
 	Idle bool `json:"idle,omitempty"`
 	// Copy, instead of a command, moves a file tree (smol machine cp).
 	Copy *Copy `json:"copy,omitempty"`
+	// Identity, applied before anything else, makes a restored or forked
+	// guest a machine of its own (see Identity).
+	Identity *Identity `json:"identity,omitempty"`
+}
+
+// Identity is what makes a guest that continues from a snapshot or a fork
+// distinct from its siblings and its past: without it every child of a
+// fork would draw the same random numbers, believe it is the moment of
+// the fork, and carry its parent's names.
+type Identity struct {
+	// Generation counts how many times this guest's state was forked or
+	// restored; the agent writes it to GenerationFile, so that programs
+	// can notice they were cloned (and drop secrets, reconnect, ...).
+	Generation uint64 `json:"generation"`
+	// ID is this incarnation's unique identifier (32 hex digits), written
+	// beside the generation.
+	ID string `json:"id,omitempty"`
+	// Seed is fresh host entropy, mixed into the guest kernel's pool and
+	// credited, after which its random number generator reseeds.
+	Seed []byte `json:"seed,omitempty"`
+	// Time is the host's wall clock (Unix nanoseconds) the guest's clock
+	// is set to; zero leaves it alone.
+	Time int64 `json:"time,omitempty"`
+	// MachineID replaces /etc/machine-id (32 hex digits); "" leaves it.
+	MachineID string `json:"machineId,omitempty"`
+}
+
+// GenerationFile and IDFile are where the agent publishes an Identity's
+// Generation and ID in the guest.
+const (
+	GenerationFile = "/run/smol/generation"
+	IDFile         = "/run/smol/id"
+)
+
+// MaxSeed bounds an Identity's seed.
+const MaxSeed = 512
+
+func (id *Identity) validate() error {
+	if len(id.Seed) > MaxSeed {
+		return fmt.Errorf("an identity seed of %d bytes (at most %d)", len(id.Seed), MaxSeed)
+	}
+	for _, h := range []string{id.ID, id.MachineID} {
+		if h != "" && !isHex32(h) {
+			return fmt.Errorf("identity %q is not 32 hex digits", h)
+		}
+	}
+	return nil
+}
+
+func isHex32(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Copy moves a file tree as a tar stream (package tarcopy). Out sends the
@@ -48,6 +107,11 @@ const MaxArgs = 1 << 14
 
 // Validate checks a Start that came from the other side.
 func (s *Start) Validate() error {
+	if s.Identity != nil {
+		if err := s.Identity.validate(); err != nil {
+			return err
+		}
+	}
 	if s.Idle || s.Copy != nil {
 		if len(s.Args) != 0 {
 			return errors.New("an idle or copy start has no command")

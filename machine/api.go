@@ -29,6 +29,31 @@ type StopRequest struct {
 // DefaultStopTimeout is what a stop waits for a clean shutdown.
 const DefaultStopTimeout = 10 * time.Second
 
+// SnapshotRequest is POST /v1/snapshot: the VMM pauses the machine,
+// writes its state, RAM and disks to Path (absolute, new), and lets it
+// run again.
+type SnapshotRequest struct {
+	Path string `json:"path"`
+}
+
+// ForkRequest is POST /v1/fork: the VMM pauses the machine and starts a
+// child machine of each name, each in its own VMM process, continuing
+// from this instant with copy-on-write RAM and disks. With Template the
+// parent stays paused afterwards, the frozen base of its children;
+// otherwise it runs on beside them.
+type ForkRequest struct {
+	Names    []string `json:"names"`
+	Template bool     `json:"template,omitempty"`
+}
+
+// MaxForkChildren bounds the children of one fork request.
+const MaxForkChildren = 128
+
+// ForkResponse is the answer to a fork: the children, all running.
+type ForkResponse struct {
+	Children []string `json:"children"`
+}
+
 // APIError is the body of every error response.
 type APIError struct {
 	Error string `json:"error"`

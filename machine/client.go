@@ -54,6 +54,17 @@ func (c *Client) Resume(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/resume", nil, nil)
 }
 
+// Snapshot has the VMM write the machine's snapshot to path (absolute).
+func (c *Client) Snapshot(ctx context.Context, path string) error {
+	return c.call(ctx, http.MethodPost, "/v1/snapshot", SnapshotRequest{Path: path}, nil)
+}
+
+// Fork has the VMM start the children req names; it returns once they
+// all run.
+func (c *Client) Fork(ctx context.Context, req ForkRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/fork", req, nil)
+}
+
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -143,6 +144,8 @@ type fakeVMM struct {
 	state    State
 	stopped  chan time.Duration
 	dialErrs bool
+	snapshot string
+	forked   []ForkRequest
 }
 
 func (f *fakeVMM) Info() Info { return Info{Name: "m", State: f.state, CPUs: 1} }
@@ -175,6 +178,37 @@ func (f *fakeVMM) DialAgent(ctx context.Context) (net.Conn, error) {
 func (f *fakeVMM) Shutdown(d time.Duration) error { f.stopped <- d; return nil }
 func (f *fakeVMM) Pause() error                   { f.state = Paused; return nil }
 func (f *fakeVMM) Resume() error                  { f.state = Running; return nil }
+func (f *fakeVMM) Snapshot(p string) error        { f.snapshot = p; return nil }
+func (f *fakeVMM) Fork(r ForkRequest) error       { f.forked = append(f.forked, r); return nil }
+
+// TestSnapshotAndForkRequests: the API passes good requests on and
+// refuses bad ones itself, before the VMM sees them.
+func TestSnapshotAndForkRequests(t *testing.T) {
+	f := &fakeVMM{state: Running}
+	c := serve(t, f)
+	ctx := context.Background()
+	if err := c.Snapshot(ctx, "relative/m.snap"); err == nil || f.snapshot != "" {
+		t.Errorf("a relative snapshot path: %v", err)
+	}
+	if err := c.Snapshot(ctx, "/tmp/m.snap"); err != nil || f.snapshot != "/tmp/m.snap" {
+		t.Errorf("snapshot: %v, %q", err, f.snapshot)
+	}
+	many := make([]string, MaxForkChildren+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("c%d", i)
+	}
+	for _, bad := range []ForkRequest{{}, {Names: []string{"a", "a"}}, {Names: []string{"../x"}}, {Names: many}} {
+		if err := c.Fork(ctx, bad); err == nil {
+			t.Errorf("fork %v accepted", bad.Names)
+		}
+	}
+	if len(f.forked) != 0 {
+		t.Fatalf("bad fork requests reached the VMM: %v", f.forked)
+	}
+	if err := c.Fork(ctx, ForkRequest{Names: []string{"a", "b"}, Template: true}); err != nil || len(f.forked) != 1 || !f.forked[0].Template {
+		t.Errorf("fork: %v, %v", err, f.forked)
+	}
+}
 
 func serve(t *testing.T, b Backend) *Client {
 	sock := filepath.Join(t.TempDir(), "c.sock")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -25,6 +26,10 @@ type Backend interface {
 	// the state it leads to.
 	Pause() error
 	Resume() error
+	// Snapshot writes the machine's state to a new file (SnapshotRequest).
+	Snapshot(path string) error
+	// Fork starts the children of a fork (ForkRequest).
+	Fork(req ForkRequest) error
 }
 
 // Server serves the control API of one machine.
@@ -43,6 +48,8 @@ func NewServer(b Backend) *Server {
 	mux.HandleFunc("POST /v1/stop", s.stop)
 	mux.HandleFunc("POST /v1/pause", s.lifecycle(Backend.Pause))
 	mux.HandleFunc("POST /v1/resume", s.lifecycle(Backend.Resume))
+	mux.HandleFunc("POST /v1/snapshot", s.snapshot)
+	mux.HandleFunc("POST /v1/fork", s.fork)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -87,6 +94,40 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	var req SnapshotRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("snapshot request: %w", err))
+		return
+	}
+	if !filepath.IsAbs(req.Path) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("snapshot path %q is not absolute", req.Path))
+		return
+	}
+	if err := s.b.Snapshot(req.Path); err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	var req ForkRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("fork request: %w", err))
+		return
+	}
+	if err := req.check(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.b.Fork(req); err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ForkResponse{Children: req.Names})
 }
 
 // lifecycle answers pause and resume.

@@ -34,7 +34,35 @@ type Spec struct {
 	User    string   `json:"user,omitempty"`
 
 	Net *Net `json:"net,omitempty"` // nil: no network
+
+	// Generation counts the forks and restores between this machine and
+	// the one first created (agent.Identity); Parent names the machine it
+	// was forked from, if any.
+	Generation uint64 `json:"generation,omitempty"`
+	Parent     string `json:"parent,omitempty"`
 }
+
+// check validates a fork request's names.
+func (r *ForkRequest) check() error {
+	if len(r.Names) == 0 || len(r.Names) > MaxForkChildren {
+		return fmt.Errorf("a fork makes 1 to %d children, not %d", MaxForkChildren, len(r.Names))
+	}
+	seen := map[string]bool{}
+	for _, n := range r.Names {
+		if err := ValidateName(n); err != nil {
+			return err
+		}
+		if seen[n] {
+			return fmt.Errorf("child name %s given twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// DecodeSpec checks a record that came from elsewhere (a snapshot) as
+// Load checks config.json.
+func DecodeSpec(b []byte) (*Spec, error) { return decodeSpec(b) }
 
 // Net is a machine's network behind smol's userspace gateway, with its
 // egress policy (--allow-host, --allow-cidr), upstream resolvers and

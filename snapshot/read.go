@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/smolvm/smol/internal/sparsefile"
 )
 
 // Reader reads a snapshot file that Open checked.
@@ -167,25 +169,8 @@ func (r *Reader) CopyRegion(name string, dst *os.File) error {
 	if !ok {
 		return formatErr("no region %s", name)
 	}
-	buf := make([]byte, 64<<10)
-	base, length := int64(e.offset), int64(e.length)
-	err := DataExtents(r.f, base, base+length, func(start, end int64) error {
-		for pos := start; pos < end; pos += int64(len(buf)) {
-			n := min(int64(len(buf)), end-pos)
-			if _, err := r.f.ReadAt(buf[:n], pos); err != nil {
-				return err
-			}
-			if allZero(buf[:n]) {
-				continue
-			}
-			if _, err := dst.WriteAt(buf[:n], pos-base); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := sparsefile.Copy(dst, r.f, int64(e.offset), 0, int64(e.length)); err != nil {
 		return err
 	}
-	return dst.Truncate(length)
+	return dst.Truncate(int64(e.length))
 }

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/smolvm/smol/internal/atomicfile"
-	"golang.org/x/sys/unix"
+	"github.com/smolvm/smol/internal/sparsefile"
 )
 
 // Writer builds a snapshot file. Sections are kept in memory (they are
@@ -164,72 +164,11 @@ func pageAlign(off uint64) uint64 { return (off + PageSize - 1) / PageSize * Pag
 // a whole chunk is zero (or, for a file, where src has a hole), and
 // extends f to the end if it is shorter.
 func writeSparse(f *os.File, off int64, src io.ReaderAt, size int64) error {
-	buf := make([]byte, 64<<10)
-	err := DataExtents(src, 0, size, func(start, end int64) error {
-		for pos := start; pos < end; pos += int64(len(buf)) {
-			n := min(int64(len(buf)), end-pos)
-			if _, err := src.ReadAt(buf[:n], pos); err != nil && !(errors.Is(err, io.EOF) && n > 0) {
-				return err
-			}
-			if allZero(buf[:n]) {
-				continue
-			}
-			if _, err := f.WriteAt(buf[:n], off+pos); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := sparsefile.Copy(f, src, 0, off, size); err != nil {
 		return err
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() < off+size {
 		return f.Truncate(off + size)
 	}
 	return nil
-}
-
-// DataExtents calls fn for each run of [from, to) of src that may hold
-// data: for a regular file, its data extents (SEEK_DATA, SEEK_HOLE), so
-// holes are skipped without being read; otherwise all of it.
-func DataExtents(src io.ReaderAt, from, to int64, fn func(start, end int64) error) error {
-	f, ok := src.(*os.File)
-	if !ok {
-		return fn(from, to)
-	}
-	fd := int(f.Fd())
-	size := to
-	for pos := from; pos < size; {
-		start, err := unix.Seek(fd, pos, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) || err == nil && start >= size {
-			return nil // only a hole remains
-		}
-		if err != nil {
-			return fn(pos, size) // no SEEK_DATA here: read the rest
-		}
-		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
-		if err != nil || end > size {
-			end = size
-		}
-		if err := fn(start, end); err != nil {
-			return err
-		}
-		pos = end
-	}
-	return nil
-}
-
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.NativeEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

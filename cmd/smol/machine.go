@@ -38,6 +38,11 @@ Commands:
   status NAME [--json]              one machine's state
   logs NAME [-f]                    its console and agent log
   events NAME [-f]                  its network egress log (one JSON line per flow)
+  snapshot NAME -o PATH [--leave-running]
+                                    write its state, RAM and disks to one file (then stop it)
+  restore PATH --name NEW           a new machine from a snapshot, continuing where it was
+  fork NAME [--count N] [--name-prefix P] [--template]
+                                    branch it into N running children (copy-on-write RAM and disks)
   rm [-f] NAME                      remove it and its files (-f: even if running)
   run [flags] -- CMD ARGS...        the same as smol run
 
@@ -53,11 +58,14 @@ func machineCommand(args []string) (int, error) {
 	sub, rest := args[0], args[1:]
 	switch sub {
 	case smol.VMMCommand:
-		if len(rest) != 1 {
-			return 0, usageError{"usage: smol machine " + smol.VMMCommand + " NAME"}
-		}
 		signal.Ignore(unix.SIGHUP, unix.SIGINT, unix.SIGPIPE) // detached: only stop and SIGTERM/SIGKILL end it
-		return 0, smol.ServeMachine(rest[0])
+		return 0, machineVMM(rest)
+	case "snapshot":
+		return 0, machineSnapshot(rest)
+	case "restore":
+		return 0, machineRestore(rest)
+	case "fork":
+		return 0, machineFork(rest)
 	case "create":
 		return 0, machineCreate(rest)
 	case "start":

@@ -45,6 +45,12 @@ func (s *session) serve() agent.Start {
 		s.exit(agent.Exit{Code: 126, Error: err.Error()})
 		return start
 	}
+	if start.Identity != nil {
+		if err := applyIdentity(start.Identity); err != nil {
+			s.exit(agent.Exit{Code: 126, Error: err.Error()})
+			return start
+		}
+	}
 	if start.Hostname != "" {
 		unix.Sethostname([]byte(start.Hostname))
 	}

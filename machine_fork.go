@@ -1,0 +1,260 @@
+package smol
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/internal/sparsefile"
+	"github.com/smolvm/smol/machine"
+	"github.com/smolvm/smol/vmm"
+)
+
+// The VMM process's side of snapshots, restores and forks. A snapshot is
+// one file (package snapshot's format) holding the machine's record, its
+// VM state, its RAM and its disks, so that it restores on a host that has
+// none of the machine's files. A fork hands each child a state file
+// without RAM and the parent's sealed RAM memfd, inherited as an open
+// file: the child maps it privately, so no memory is copied, and its
+// disks are copy-on-write clones of the parent's, made while the parent
+// is paused.
+
+// The machine record's section in a snapshot.
+const (
+	specSection        = "smol.machine"
+	specSectionVersion = 1
+)
+
+// forkChildFD is the descriptor of the parent's RAM in a fork child's
+// VMM process (the first of exec.Cmd.ExtraFiles).
+const forkChildFD = 3
+
+// ForkChildRAMFD is forkChildFD, for the CLI's `__vmm --ram-fd`.
+const ForkChildRAMFD = forkChildFD
+
+// identityTimeout bounds the wait for a restored guest's agent to answer.
+const identityTimeout = 30 * time.Second
+
+// restore builds the VM from src, runs it, and gives the guest its new
+// identity before anyone can reach it: a restored or forked guest that
+// could not take a new identity is stopped, never handed out.
+func (b *machineBackend) restore(cfg Config, src VMMSource) error {
+	vcfg := cfg.vmmConfig()
+	var vm *vmm.Machine
+	var err error
+	if src.RAM != nil {
+		vm, err = vmm.RestoreFork(src.Snapshot, src.RAM, vcfg)
+		src.RAM.Close() // mapped now; the mapping keeps the memfd
+	} else {
+		vm, err = vmm.Restore(src.Snapshot, vcfg)
+	}
+	if err != nil {
+		return err
+	}
+	if b.m, err = run(vm); err != nil {
+		return err
+	}
+	if err := b.identify(); err != nil {
+		b.m.Stop()
+		return fmt.Errorf("giving the restored guest its identity: %w", err)
+	}
+	return nil
+}
+
+// identify tells the guest agent who this machine is now: fresh entropy,
+// the host's clock, its name, a new machine-id and its generation. The
+// agent's listener survived the restore; its connections did not (the
+// vsock device posted a transport reset), so the first dials may fail
+// while the guest's driver catches up.
+func (b *machineBackend) identify() error {
+	id, err := newIdentity(b.spec.Generation)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(identityTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := b.DialAgent(ctx)
+		cancel()
+		if err == nil {
+			id.Time = time.Now().UnixNano()
+			exit, err := agent.Run(conn, agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}, agent.Streams{})
+			conn.Close()
+			if err != nil {
+				return err
+			}
+			if exit.Error != "" {
+				return errors.New(exit.Error)
+			}
+			return nil
+		}
+		select {
+		case <-b.m.Done():
+			return errors.New("the VM ended")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the agent did not answer within %v: %w", identityTimeout, err)
+		}
+	}
+}
+
+func newIdentity(generation uint64) (*agent.Identity, error) {
+	seed := make([]byte, 64)
+	id := make([]byte, 16)
+	mid := make([]byte, 16)
+	for _, b := range [][]byte{seed, id, mid} {
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+	}
+	return &agent.Identity{Generation: generation, Seed: seed, ID: hex.EncodeToString(id), MachineID: hex.EncodeToString(mid)}, nil
+}
+
+// holdPaused pauses the machine for a snapshot or fork and returns what
+// puts it back: a machine that ran runs again, one the user had paused
+// stays paused.
+func (b *machineBackend) holdPaused() (release func(), err error) {
+	if b.m.vm.Paused() {
+		return func() {}, nil
+	}
+	if err := b.Pause(); err != nil {
+		return nil, err
+	}
+	return func() { b.Resume() }, nil
+}
+
+// Snapshot writes the machine, paused for the time it takes, to a new
+// file at path: its record, its VM state and RAM, and its disks.
+func (b *machineBackend) Snapshot(path string) error {
+	b.statesMu.Lock()
+	defer b.statesMu.Unlock()
+	release, err := b.holdPaused()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return b.m.vm.Snapshot(path, vmm.SnapshotOptions{
+		Sections: []vmm.Section{{Name: specSection, Version: specSectionVersion, Value: b.spec}},
+		Disks:    true,
+	})
+}
+
+// Fork starts a child machine of each name from this instant. While the
+// parent is paused: its state goes to a hand-over file, its RAM is frozen
+// (memfd sealed), and each child's record and disks are made (clones of
+// the parent's writable disks). Then the parent runs on (unless
+// req.Template) while the children's VMM processes start, each mapping
+// the frozen RAM privately. A failure removes the children made so far
+// and leaves the parent as it was.
+func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
+	b.statesMu.Lock()
+	defer b.statesMu.Unlock()
+	for _, name := range req.Names {
+		if _, err := b.store.Load(name); err == nil {
+			return fmt.Errorf("machine %s already exists", name)
+		} else if !errors.Is(err, machine.ErrNotFound) {
+			return err
+		}
+	}
+	release, err := b.holdPaused()
+	if err != nil {
+		return err
+	}
+	released := false
+	defer func() {
+		if !released && (err != nil || !req.Template) {
+			release()
+		}
+	}()
+	dir, err := os.MkdirTemp(b.store.Dir(b.spec.Name), ".fork-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	state := filepath.Join(dir, "state")
+	ram, err := b.m.vm.ForkState(state, nil)
+	if err != nil {
+		return err
+	}
+	defer ram.Close()
+
+	var children []*NamedMachine
+	defer func() {
+		if err != nil {
+			for _, c := range children {
+				c.Remove(context.Background(), true)
+			}
+		}
+	}()
+	for _, name := range req.Names {
+		c, err := b.createChild(name)
+		if err != nil {
+			return err
+		}
+		children = append(children, c)
+	}
+	if !req.Template {
+		release() // the parent runs on while its children start
+		released = true
+	}
+	ctx := context.Background()
+	for _, c := range children {
+		if err := c.startVMM(ctx, VMMSource{Snapshot: state, RAM: ram}); err != nil {
+			return fmt.Errorf("child %s: %w", c.Name(), err)
+		}
+	}
+	return nil
+}
+
+// createChild records a child of the paused machine: the parent's record
+// under a new name, one generation on, with its own copy-on-write clones
+// of the parent's writable disks; the image and read-only disks are
+// shared.
+func (b *machineBackend) createChild(name string) (*NamedMachine, error) {
+	spec := *b.spec
+	spec.Name, spec.Created, spec.Generation, spec.Parent = name, time.Now().UTC(), b.spec.Generation+1, b.spec.Name
+	spec.Disks = append([]machine.Disk(nil), b.spec.Disks...)
+	for i := range spec.Disks {
+		if !spec.Disks[i].ReadOnly {
+			spec.Disks[i].Path = b.store.Path(name, extraDiskFile(i))
+		}
+	}
+	if err := b.store.Create(&spec); err != nil {
+		return nil, err
+	}
+	child := &NamedMachine{store: b.store, spec: &spec}
+	if err := b.cloneDisks(child); err != nil {
+		b.store.Remove(name)
+		return nil, err
+	}
+	return child, nil
+}
+
+// cloneDisks gives child copy-on-write clones of the parent's storage and
+// writable extra disks, where its record says they are.
+func (b *machineBackend) cloneDisks(child *NamedMachine) error {
+	name := child.spec.Name
+	if _, err := sparsefile.Clone(b.store.Path(b.spec.Name, machine.StorageFile), b.store.Path(name, machine.StorageFile)); err != nil {
+		return fmt.Errorf("storage of %s: %w", name, err)
+	}
+	for i, d := range b.spec.Disks {
+		if d.ReadOnly {
+			continue
+		}
+		if _, err := sparsefile.Clone(d.Path, child.spec.Disks[i].Path); err != nil {
+			return fmt.Errorf("disk %s of %s: %w", d.Path, name, err)
+		}
+	}
+	return nil
+}
+
+// extraDiskFile is where a forked or restored machine keeps its own copy
+// of extra disk i.
+func extraDiskFile(i int) string { return fmt.Sprintf("disk-%d.img", i) }
