@@ -278,9 +278,16 @@ func boxCPU() string {
 // died that way at boot while fuzzers and a kernel build ran. Kernels on
 // KVM skip the check for the same reason (kvmclock sets it); the box runs
 // under TCG, so it says so itself.
+//
+// oops=panic: the box's known crash (its emulated SVM gives way and its
+// kernel takes a page-fault loop, "stack guard page was hit") is an oops
+// that kills whichever test process was on that CPU, usually a VMM, and
+// leaves the box running: the tests after it would fail for the box's
+// reason, not theirs. As a panic it ends the box, which Main then runs
+// again, as for any crashed box.
 func boxCmdline(job string) string {
 	params := strings.Join([]string{"console=ttyS0", verbosity(), tscParams(), "no_timer_check", os.Getenv("SMOLBOX_APPEND"),
-		"panic=-1", "reboot=t", "smolbox.job=" + job,
+		"oops=panic", "panic=-1", "reboot=t", "smolbox.job=" + job,
 		fmt.Sprintf("smolbox.beat=%d", beatPeriod/time.Second)}, " ")
 	return strings.Join(strings.Fields(params), " ")
 }

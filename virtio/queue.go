@@ -95,6 +95,11 @@ func (q *Queue) State() QueueState { return q.state }
 // Size returns the number of descriptors the driver configured.
 func (q *Queue) Size() uint16 { return q.state.Size }
 
+// AvailIdx is the driver's avail index now: how many buffers it has made
+// available in all. A device watches it to learn that the driver got to
+// some work (vsock's reset gate).
+func (q *Queue) AvailIdx() uint16 { return loadAvailIdx(q.avail) }
+
 // Ready reports whether the driver enabled the queue.
 func (q *Queue) Ready() bool { return q.state.Ready }
 

@@ -118,7 +118,7 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	copy(w.queues[:], env.Queues)
 	if d.resetOnActivate {
-		w.eventsOwed = 1
+		w.owe()
 	}
 	if err := d.Lifecycle.Activate(env, w.run); err != nil {
 		return err

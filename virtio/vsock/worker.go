@@ -36,6 +36,15 @@ type worker struct {
 	resetCalls chan chan struct{}  // SendTransportReset requests
 
 	eventsOwed int                           // TRANSPORT_RESET events not yet delivered
+	// The reset gate: while a TRANSPORT_RESET is owed, and after it is
+	// delivered until the driver has handled it (it refills the event
+	// queue afterwards, moving its avail index past resetAvail), the
+	// worker holds back host programs' connections, for at most
+	// resetGateMax. A connection made sooner would be dropped by the
+	// guest's own reset of its sockets.
+	resetGate  time.Time // zero: no gate
+	resetAvail uint16    // the event queue's avail index at the delivery
+	resetSent  bool      // the owed event is in the guest's hands
 	pushed     [numQueues]bool               // queues with used entries not yet signalled
 	packet     [HeaderSize + MaxPayload]byte // one tx packet, copied out of the guest
 }
@@ -69,6 +78,7 @@ func (w *worker) run(life *virtio.Worker) {
 			}
 			continue
 		}
+		incoming, gatePoll := w.incomingUnlessGated()
 		select {
 		case <-life.Stop():
 			return
@@ -77,9 +87,10 @@ func (w *worker) run(life *virtio.Worker) {
 				return
 			}
 		case <-life.Wake(0):
+		case <-gatePoll:
 		case ev := <-w.host.events:
 			w.hostEvent(ev)
-		case in := <-w.incoming:
+		case in := <-incoming:
 			w.accept(in)
 		case reply := <-w.resetCalls:
 			w.transportReset(reply)
@@ -95,6 +106,7 @@ func (w *worker) run(life *virtio.Worker) {
 // when the host side is the busy one. false means the worker must stop.
 func (w *worker) serviceReady(timer <-chan time.Time) bool {
 	for range hostEventBudget {
+		incoming, _ := w.incomingUnlessGated()
 		select {
 		case <-w.life.Stop():
 			return false
@@ -104,7 +116,7 @@ func (w *worker) serviceReady(timer <-chan time.Time) bool {
 			return w.life.Park()
 		case ev := <-w.host.events:
 			w.hostEvent(ev)
-		case in := <-w.incoming:
+		case in := <-incoming:
 			w.accept(in)
 		case reply := <-w.resetCalls:
 			w.transportReset(reply)
@@ -117,11 +129,37 @@ func (w *worker) serviceReady(timer <-chan time.Time) bool {
 	return true
 }
 
+// resetGateMax bounds the reset gate for a driver that never refills its
+// event queue.
+const resetGateMax = 10 * time.Second
+
+// incomingUnlessGated is the channel of host programs to accept from, nil
+// while the reset gate is closed; then poll fires when the gate should be
+// looked at again (the driver's refill need not notify).
+func (w *worker) incomingUnlessGated() (incoming <-chan incomingConn, poll <-chan time.Time) {
+	if w.resetGate.IsZero() {
+		return w.incoming, nil
+	}
+	q := w.queues[eventQueue]
+	handled := w.eventsOwed == 0 && w.resetSent && q != nil && q.AvailIdx() != w.resetAvail
+	if q == nil || handled || time.Now().After(w.resetGate) {
+		w.resetGate, w.resetSent = time.Time{}, false
+		return w.incoming, nil
+	}
+	return nil, time.After(2 * time.Millisecond)
+}
+
+// owe records a TRANSPORT_RESET to deliver and closes the reset gate.
+func (w *worker) owe() {
+	w.eventsOwed = min(w.eventsOwed+1, queueSize)
+	w.resetGate, w.resetSent = time.Now().Add(resetGateMax), false
+}
+
 // transportReset drops every connection and owes the guest a
 // TRANSPORT_RESET event (SendTransportReset).
 func (w *worker) transportReset(reply chan struct{}) {
 	w.mux.closeAll()
-	w.eventsOwed = min(w.eventsOwed+1, queueSize)
+	w.owe()
 	close(reply)
 }
 
@@ -304,6 +342,7 @@ func (w *worker) deliverEvents() {
 			_, _ = cw.Write(ev[:])
 			written = cw.Written()
 			w.eventsOwed--
+			w.resetGate, w.resetAvail, w.resetSent = time.Now().Add(resetGateMax), q.AvailIdx(), true
 		}
 		if q.Push(chain, written) == nil {
 			w.pushed[eventQueue] = true
