@@ -35,16 +35,16 @@ type worker struct {
 	incoming   <-chan incomingConn // host programs from the device's listener
 	resetCalls chan chan struct{}  // SendTransportReset requests
 
-	eventsOwed int                           // TRANSPORT_RESET events not yet delivered
+	eventsOwed int // TRANSPORT_RESET events not yet delivered
 	// The reset gate: while a TRANSPORT_RESET is owed, and after it is
 	// delivered until the driver has handled it (it refills the event
 	// queue afterwards, moving its avail index past resetAvail), the
 	// worker holds back host programs' connections, for at most
 	// resetGateMax. A connection made sooner would be dropped by the
 	// guest's own reset of its sockets.
-	resetGate  time.Time // zero: no gate
-	resetAvail uint16    // the event queue's avail index at the delivery
-	resetSent  bool      // the owed event is in the guest's hands
+	resetGate  time.Time                     // zero: no gate
+	resetAvail uint16                        // the event queue's avail index at the delivery
+	resetSent  bool                          // the owed event is in the guest's hands
 	pushed     [numQueues]bool               // queues with used entries not yet signalled
 	packet     [HeaderSize + MaxPayload]byte // one tx packet, copied out of the guest
 }
