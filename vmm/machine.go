@@ -334,6 +334,12 @@ func (m *Machine) stop(reason StopReason, err error) {
 	if first {
 		m.reason, m.err = reason, err
 		m.stopping.Store(true)
+		if !m.started {
+			// Never started: there is no vCPU to wait for, and Wait
+			// (and Done) must not block on one.
+			m.started = true
+			close(m.done)
+		}
 	}
 	m.mu.Unlock()
 	if first {

@@ -88,3 +88,21 @@ func TestStopEndsASpinningGuest(t *testing.T) {
 		t.Fatalf("Stop took %v", d)
 	}
 }
+
+// TestStopBeforeStart: a machine stopped before it ever ran ends at once;
+// Wait does not wait for vCPUs that never started.
+func TestStopBeforeStart(t *testing.T) {
+	m := tinyMachine(t, []byte{0xf4})
+	m.Stop()
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done never closed")
+	}
+	if reason, err := m.Wait(); reason != StopRequested || err != nil {
+		t.Errorf("Wait: %v, %v", reason, err)
+	}
+	if err := m.Start(); err == nil {
+		t.Error("a stopped machine started")
+	}
+}
