@@ -671,3 +671,41 @@ func TestGuestPayloadAcrossBuffers(t *testing.T) {
 		t.Fatalf("host got %q, want %q", got, payload)
 	}
 }
+
+// TestHostConnectsWaitForTheResetToBeHandled: after a restore, a host
+// program's connection is not offered to the guest until the guest has
+// handled the TRANSPORT_RESET (it refills its event queue afterwards):
+// the guest's reset of its sockets would drop a connection made sooner.
+func TestHostConnectsWaitForTheResetToBeHandled(t *testing.T) {
+	g := newTestGuest(t, 4096, 16)
+	g.drv.Reset()
+	if err := g.dev.Restore(State{CID: DefaultCID}); err != nil {
+		t.Fatal(err)
+	}
+	g.drv = virtiotest.Init(t, g.drv.Transport, g.mem, virtiotest.Options{})
+	for range 16 {
+		g.rx().AddChain(nil, []uint32{4096})
+	}
+	g.drv.Notify(rxQueue)
+	c, err := net.Dial("unix", g.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT 80\n")
+	g.quiet(300 * time.Millisecond) // the reset is owed: nothing offered
+
+	g.ev().AddChain(nil, []uint32{4})
+	g.drv.Notify(eventQueue)
+	if ev := g.ev().WaitUsed(1, 5*time.Second); binary.LittleEndian.Uint32(ev[0].Data) != eventTransportReset {
+		t.Fatalf("event %+v", ev[0])
+	}
+	g.quiet(300 * time.Millisecond) // delivered, not yet handled
+
+	g.ev().AddChain(nil, []uint32{4}) // the driver refills: handled
+	start := time.Now()
+	req := g.recv(isOp(OpRequest))
+	if req.h.DstPort != 80 || time.Since(start) > resetGateMax/2 {
+		t.Fatalf("request %+v after %v", req.h, time.Since(start))
+	}
+}
