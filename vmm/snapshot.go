@@ -3,6 +3,7 @@ package vmm
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -113,7 +114,15 @@ func (m *Machine) Snapshot(path string, opts SnapshotOptions) error {
 			}
 		}
 	}
-	return w.Commit(m.mem, int64(m.mem.Size()))
+	// By host offset (the memfd's layout, which a restore maps back), not
+	// by guest address: above 3 GiB the two differ by the MMIO hole. From
+	// the memfd where it has the contents: only touched pages are read.
+	var ram io.ReaderAt = bytes.NewReader(m.mem.Bytes())
+	if f := m.mem.ContentFile(); f != nil {
+		defer f.Close()
+		ram = f
+	}
+	return w.Commit(ram, int64(m.mem.Size()))
 }
 
 // diskRegion names disk i's region in a snapshot.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/smolvm/smol/internal/testkernel"
 	"github.com/smolvm/smol/snapshot"
 )
 
@@ -247,5 +248,43 @@ func TestForkStateHandsOverRAMByFile(t *testing.T) {
 	}
 	if _, err := RestoreFork(full, ram, Config{}); err == nil {
 		t.Error("a snapshot with its own RAM restored over a memfd")
+	}
+}
+
+// TestSnapshotAboveTheMMIOHole: RAM above 4 GiB (past the MMIO hole, where
+// guest addresses and the memfd's offsets differ) comes back at the same
+// guest address.
+func TestSnapshotAboveTheMMIOHole(t *testing.T) {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		t.Skip("no /dev/kvm")
+	}
+	t.Setenv("SMOL_ALLOW_PVM", "1")
+	kernel := filepath.Join(t.TempDir(), "vmlinux")
+	os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, []byte{0xf4, 0xeb, 0xfd}), 0o644)
+	m, err := New(Config{Kernel: kernel, CPUs: 1, Memory: 5 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(); m.Wait(); m.Close() })
+	const high = 4<<30 + 123<<20
+	b, err := m.Memory().Slice(high, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, "above the hole")
+	m.Start()
+	m.Pause()
+	path := filepath.Join(t.TempDir(), "big.snap")
+	if err := m.Snapshot(path, SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, _ := r.Memory().Slice(high, 16)
+	if string(got[:14]) != "above the hole" {
+		t.Errorf("restored RAM at %#x holds %q", uint64(high), got)
 	}
 }

@@ -1,7 +1,9 @@
 // Command fork measures the VMM's side of forking a paused machine, from
 // the Fork call to the child's first KVM_RUN, against creating and
 // starting the same machine afresh (vmm.New and Start to the first
-// KVM_RUN), for several RAM sizes, in one session. The guest is a tiny
+// KVM_RUN), for several RAM sizes, in one session; and a restore from a
+// snapshot file and from a fork's hand-over (what a child in its own VMM
+// process does), each to the first KVM_RUN. The guest is a tiny
 // counting program (no kernel), so it runs on the host's own /dev/kvm,
 // PVM included: this measures the VMM, not a guest.
 //
@@ -15,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/smolvm/smol"
@@ -53,6 +56,8 @@ func main() {
 		f, c := stats.Median(r.fork), stats.Median(r.fresh)
 		fmt.Printf("%-5s fork %.2f ms (of which memslots %.2f; Fork %.2f + to first KVM_RUN %.2f)  fresh start %.2f ms (memslots %.2f)  ratio %.2f\n",
 			s, f, stats.Median(r.forkSlots), stats.Median(r.forkCall), stats.Median(r.forkEnter), c, stats.Median(r.newSlots), f/c)
+		fmt.Printf("%-5s restore from a snapshot file (%.1f MiB on disk) %.2f ms, from a fork's hand-over %.2f ms, to the first KVM_RUN (target <= 10 ms for 1G)\n",
+			s, r.snapshotMB, stats.Median(r.restore), stats.Median(r.handOver))
 	}
 }
 
@@ -61,6 +66,8 @@ func main() {
 type result struct {
 	fork, forkCall, forkEnter, forkSlots []float64
 	fresh, newSlots                      []float64
+	restore, handOver                    []float64 // from a snapshot file; from a fork's hand-over (another process's path)
+	snapshotMB                           float64   // the snapshot file's allocated size
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -106,7 +113,56 @@ func measure(kernel string, size uint64, n int) (r result, err error) {
 		}
 		r.fresh = append(r.fresh, d)
 	}
+	if err := measureRestores(parent, cfg, n, &r); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// measureRestores times vmm.Restore from a snapshot file of the paused
+// parent, and vmm.RestoreFork from its hand-over (state file and sealed
+// RAM, what a fork's child process gets), each to the first KVM_RUN.
+func measureRestores(parent *vmm.Machine, cfg vmm.Config, n int, r *result) error {
+	dir, err := os.MkdirTemp("", "smol-bench-restore-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "snap")
+	if err := parent.Snapshot(file, vmm.SnapshotOptions{}); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(file, &st); err == nil {
+		r.snapshotMB = float64(st.Blocks*512) / (1 << 20)
+	}
+	handOver := filepath.Join(dir, "fork.state")
+	ram, err := parent.ForkState(handOver, nil)
+	if err != nil {
+		return err
+	}
+	defer ram.Close()
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		m, err := vmm.Restore(file, vmm.Config{})
+		if err != nil {
+			return err
+		}
+		d, err := runToFirstEntry(m, start)
+		if err != nil {
+			return err
+		}
+		r.restore = append(r.restore, d)
+		start = time.Now()
+		if m, err = vmm.RestoreFork(handOver, ram, vmm.Config{}); err != nil {
+			return err
+		}
+		if d, err = runToFirstEntry(m, start); err != nil {
+			return err
+		}
+		r.handOver = append(r.handOver, d)
+	}
+	return nil
 }
 
 // runToFirstEntry starts m, waits for its vCPU's first KVM_RUN and

@@ -10,6 +10,10 @@
 //   - cp: `smol machine cp` of a 100 MiB file into the guest against
 //     `cat file | smol machine exec NAME -i -- sh -c 'cat > f'`, and out.
 //     Target ≥ 0.8; MB/s both ways.
+//   - fork: `smol machine fork` to a child answering `exec -- true`
+//     against `smol run -- true`. Target ≤ 0.1. Then 8 children of a
+//     guest that filled 512 MiB: each child's private memory (target ≤
+//     what it dirtied + 10 MiB) and PSS.
 //   - idle memory: an idle machine's VMM resident memory outside guest
 //     RAM. Target ≤ 15 MiB.
 //
@@ -91,6 +95,10 @@ func main() {
 	fmt.Printf("exec rounds: %s\n", res.Summary(*n))
 	fmt.Printf("machine exec -- true median %.1f ms (control API round trip %.1f ms), smol run -- true %.1f ms: ratio %.3f (target <= 0.05)\n",
 		median(execMs), median(apiMs), median(runMs), median(execMs)/median(runMs))
+
+	// fork to an exec in the child, against run; then what children cost.
+	b.forkRounds(*n, maxReplaced, logf)
+	b.forkMemory(img)
 
 	// Idle memory of the VMM, outside guest RAM.
 	time.Sleep(2 * time.Second)

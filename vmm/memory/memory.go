@@ -3,6 +3,7 @@ package memory
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -81,6 +82,21 @@ func (g *Guest) Regions() []Region { return append([]Region(nil), g.regions...) 
 
 // LowEnd returns the first address after RAM below 4 GiB.
 func (g *Guest) LowEnd() uint64 { return g.regions[0].End() }
+
+// ContentFile returns the memfd as a file while it holds the guest's
+// contents (its RAM is a shared mapping of it, as until a first fork), so
+// that a snapshot can read only the pages the guest touched (SEEK_DATA);
+// nil otherwise. The caller closes it; g's own descriptor stays open.
+func (g *Guest) ContentFile() *os.File {
+	if g.private || g.fd < 0 {
+		return nil
+	}
+	fd, err := unix.FcntlInt(uintptr(g.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "smol-guest-ram")
+}
 
 // FD returns the memfd behind guest RAM (for KVM slots, snapshots and forks).
 func (g *Guest) FD() int { return g.fd }
