@@ -110,7 +110,7 @@ func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
 	cfg.CPUs, cfg.Memory, cfg.restore = ms.CPUs, ms.Memory, src
 	m, err := New(cfg)
 	if err != nil {
-		return nil, err // New closed the memory
+		return nil, fmt.Errorf("snapshot %s: %w", path, err) // New closed the memory
 	}
 	return m, nil
 }
@@ -118,6 +118,13 @@ func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
 // restoreState sets the saved vCPU, VM and device state on a machine New
 // just built (nothing runs yet).
 func (m *Machine) restoreState(src *restoreSource) error {
+	fresh, err := m.vcpus[0].fd.CPUID()
+	if err != nil {
+		return err
+	}
+	if err := checkHostFeatures(src.vcpus[0].CPUID, fresh.Entries); err != nil {
+		return err
+	}
 	if err := m.RestoreCPUState(src.vcpus, src.vm); err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ func applyIdentity(id *agent.Identity) error {
 		}
 	}
 	if id.MachineID != "" {
+		if err := os.MkdirAll("/etc", 0o755); err != nil { // an image may have no /etc
+			return fmt.Errorf("machine-id: %w", err)
+		}
 		if err := replaceFile("/etc/machine-id", id.MachineID+"\n", 0o444); err != nil {
 			return fmt.Errorf("machine-id: %w", err)
 		}
