@@ -60,11 +60,7 @@ func waitFile(t *testing.T, home, name, file string, within time.Duration) strin
 // from the fork point, with their own identity and their own disk.
 func TestMachineFork(t *testing.T) {
 	home := t.TempDir()
-	mustMachine(t, home, "create", "p", "--cpus", "1", "--mem", "256M", "--storage", "1G")
-	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "p") })
-	startMachine(t, home, "p")
-	mustMachine(t, home, "exec", "p", "--", "sh", "-c", counterScript)
-	waitCounter(t, home, "p", "/tmp/counter")
+	countingMachine(t, home, "p")
 	mustMachine(t, home, "exec", "p", "--", "sh", "-c", streamScript)
 	atFork := counter(t, home, "p")
 
@@ -172,6 +168,17 @@ func TestMachineFork(t *testing.T) {
 	}
 }
 
+// countingMachine creates and starts a busybox machine with counterScript
+// running in it; it is removed at the end of the test.
+func countingMachine(t *testing.T, home, name string) {
+	t.Helper()
+	mustMachine(t, home, "create", name, "--cpus", "1", "--mem", "256M", "--storage", "1G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
+	startMachine(t, home, name)
+	mustMachine(t, home, "exec", name, "--", "sh", "-c", counterScript)
+	waitCounter(t, home, name, "/tmp/counter")
+}
+
 // zombie tells whether pid is an exited process not yet reaped.
 func zombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -186,11 +193,7 @@ func zombie(pid int) bool {
 // the frozen base; killing its VMM leaves its children running.
 func TestMachineForkTemplate(t *testing.T) {
 	home := t.TempDir()
-	mustMachine(t, home, "create", "base", "--cpus", "1", "--mem", "256M", "--storage", "1G")
-	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "base") })
-	startMachine(t, home, "base")
-	mustMachine(t, home, "exec", "base", "--", "sh", "-c", counterScript)
-	waitCounter(t, home, "base", "/tmp/counter")
+	countingMachine(t, home, "base")
 	kids := strings.Fields(mustMachine(t, home, "fork", "base", "--count", "2", "--template", "--name-prefix", "kid"))
 	for _, k := range kids {
 		t.Cleanup(func() { machineCLI(t, home, "rm", "-f", k) })

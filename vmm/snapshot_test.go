@@ -148,14 +148,7 @@ func TestForkContinuesAndDiverges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
-	if got := counter(t, child); got != at {
-		t.Fatalf("the child's counter is %d at the fork point, the parent's %d", got, at)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, child, at+1000)
+	runFromForkPoint(t, child, at)
 	if c := counter(t, parent); c != at {
 		t.Fatalf("the paused parent's counter moved to %d: it sees the child's writes", c)
 	}
@@ -222,14 +215,7 @@ func TestForkStateHandsOverRAMByFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
-	if got := counter(t, child); got != at {
-		t.Fatalf("the child starts at %d, the fork point is %d", got, at)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, child, at+1000)
+	runFromForkPoint(t, child, at)
 	waitAdvance(t, parent, at+1000)
 	r, err := snapshot.Open(path)
 	if err != nil {
@@ -287,4 +273,19 @@ func TestSnapshotAboveTheMMIOHole(t *testing.T) {
 	if string(got[:14]) != "above the hole" {
 		t.Errorf("restored RAM at %#x holds %q", uint64(high), got)
 	}
+}
+
+// runFromForkPoint checks that a fork's or restore's child stands at the
+// fork point's count, starts it and waits for it to count on; the child
+// is closed at the end of the test.
+func runFromForkPoint(t *testing.T, child *Machine, at uint64) {
+	t.Helper()
+	t.Cleanup(func() { child.Stop(); child.Wait(); child.Close() })
+	if got := counter(t, child); got != at {
+		t.Fatalf("the child's counter is %d, the fork point's %d", got, at)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, child, at+1000)
 }
