@@ -83,6 +83,7 @@ func (b *machineBackend) identify() error {
 		conn, err := b.DialAgent(ctx)
 		cancel()
 		if err == nil {
+			conn.SetDeadline(deadline) // a guest that took the connection must answer
 			id.Time = time.Now().UnixNano()
 			exit, err := agent.Run(conn, agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}, agent.Streams{})
 			conn.Close()

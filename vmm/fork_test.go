@@ -182,3 +182,29 @@ func openFDs(t *testing.T) int {
 	}
 	return len(entries)
 }
+
+// TestSecondForkOfARunningParent: a parent that ran on after a fork forks
+// again into a child with its memory of now, not of the first fork.
+func TestSecondForkOfARunningParent(t *testing.T) {
+	parent := tinyMachine(t, inLoopCode)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, 1000)
+	parent.Pause()
+	first, err := parent.Fork(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	at := counter(t, parent)
+	parent.Resume()
+	waitAdvance(t, parent, at+100000)
+	parent.Pause()
+	at = counter(t, parent)
+	second, err := parent.Fork(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFromForkPoint(t, second, at)
+}

@@ -72,6 +72,9 @@ func (m *Machine) Resume() error {
 	for _, vd := range m.virtio {
 		vd.transport.Resume()
 	}
+	// From here the guest writes its RAM again: a frozen fork point no
+	// longer holds its contents, so the next fork freezes anew.
+	m.mem.Thaw()
 	m.tellGuestItWasPaused()
 	p.paused = false
 	p.cond.Broadcast()

@@ -47,6 +47,13 @@ func (g *Guest) Freeze() error {
 	return nil
 }
 
+// Thaw records that the guest runs again after a Freeze: its private
+// mapping now departs from the sealed memfd, which stays the base of the
+// children already made. The next Freeze copies the current contents
+// into a new memfd (the cost of forking a parent that ran on, as of
+// forking a fork); until then Fork refuses.
+func (g *Guest) Thaw() { g.frozen = false }
+
 // Fork returns a child's RAM: a private mapping of g's frozen memfd. The
 // child reads the fork point's pages until it writes its own; neither it
 // nor g sees the other's writes.
