@@ -51,6 +51,7 @@ func (b *bench) forkMemory(img string) {
 	b.must("machine", "start", "memparent")
 	b.must("machine", "exec", "memparent", "--", "sh", "-c",
 		"mkdir -p /mnt/t && mount -t tmpfs -o size=600m tmpfs /mnt/t && dd if=/dev/zero of=/mnt/t/fill bs=1M count=512 2>/dev/null")
+	parent := stats.ReadProcMem(b.pid("memparent")) // before the fork remaps its RAM
 	out, err := b.cmd("machine", "fork", "memparent", "--count", "8", "--name-prefix", "mem").Output()
 	if err != nil {
 		fatal(fmt.Errorf("fork of 8: %v", err))
@@ -59,7 +60,6 @@ func (b *bench) forkMemory(img string) {
 	for _, c := range children {
 		defer b.cmd("machine", "rm", "-f", c).Run()
 	}
-	parent := stats.ReadProcMem(b.pid("memparent"))
 	var private, shared, pss []float64
 	for _, c := range children {
 		// Each child reads its whole copy of the file once: the pages it
