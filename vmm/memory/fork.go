@@ -86,29 +86,11 @@ func (g *Guest) copyToNewMemfd() error {
 		unix.Close(fd)
 		return err
 	}
-	const chunk = 64 << 10
-	for off := 0; off < len(g.mapping); off += chunk {
-		b := g.mapping[off:min(off+chunk, len(g.mapping))]
-		if isZero(b) {
-			continue
-		}
-		if _, err := unix.Pwrite(fd, b, int64(off)); err != nil {
-			unix.Close(fd)
-			return err
-		}
+	if err := g.copyChanged(fd); err != nil {
+		unix.Close(fd)
+		return err
 	}
-	if g.fd >= 0 {
-		unix.Close(g.fd)
-	}
-	g.fd = fd
+	unix.Close(g.fd)
+	g.fd, g.fdOff = fd, 0
 	return nil
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -34,7 +34,8 @@ func (r Region) End() uint64 { return r.GuestAddr + r.Size }
 
 // Guest is a VM's RAM.
 type Guest struct {
-	fd      int // the memfd; -1 for a private mapping of a file (NewPrivate)
+	fd      int   // the memfd, or for a private mapping the file mapped (a fork's base memfd, a snapshot)
+	fdOff   int64 // where in fd's file the mapping starts (a snapshot's RAM region)
 	mapping []byte
 	regions []Region
 	private bool // the mapping is private: discards map zero pages

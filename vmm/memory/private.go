@@ -28,7 +28,13 @@ func NewPrivate(f *os.File, offset int64, size uint64) (*Guest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map %d bytes of %s privately: %w", size, f.Name(), err)
 	}
-	return &Guest{fd: -1, mapping: m, regions: Layout(size), private: true}, nil
+	// Kept for a later freeze, which reads the unchanged pages from it.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Munmap(m)
+		return nil, err
+	}
+	return &Guest{fd: fd, fdOff: offset, mapping: m, regions: Layout(size), private: true}, nil
 }
 
 // discardPrivate replaces [off, off+length) of a private mapping with
