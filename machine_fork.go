@@ -205,13 +205,30 @@ func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 		release() // the parent runs on while its children start
 		released = true
 	}
-	ctx := context.Background()
+	return startChildren(children, VMMSource{Snapshot: state, RAM: ram})
+}
+
+// startChildren starts the children's VMM processes at once (each restore
+// is independent, and a box or a loaded host makes process starts slow)
+// and reports the first failure.
+func startChildren(children []*NamedMachine, src VMMSource) error {
+	errs := make(chan error, len(children))
 	for _, c := range children {
-		if err := c.startVMM(ctx, VMMSource{Snapshot: state, RAM: ram}); err != nil {
-			return fmt.Errorf("child %s: %w", c.Name(), err)
+		go func() {
+			if err := c.startVMM(context.Background(), src); err != nil {
+				errs <- fmt.Errorf("child %s: %w", c.Name(), err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range children {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil
+	return first
 }
 
 // createChild records a child of the paused machine: the parent's record

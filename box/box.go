@@ -53,6 +53,14 @@ type running struct {
 // kernel crashed or reset (see README, known issue), not the command.
 var ErrBoxCrashed = errors.New("the box ended without the command's status")
 
+// ErrBoxKernelBug reports a command that failed in a box whose own kernel
+// reported a BUG during the run: the box's known crash (its emulated SVM
+// gives way, and its kernel takes a page-fault loop, "stack guard page
+// was hit"), which stops or kills whichever process was on that CPU,
+// usually a VMM, and often leaves the box running. The command's failure
+// then says nothing about the command.
+var ErrBoxKernelBug = errors.New("the box's own kernel reported a BUG during the run")
+
 // ErrBoxHung reports a box that its watchdog ended: it showed no sign of
 // life, or its 9p share did not answer, for the watchdog period (see
 // README, known issue). Like a crash, it says nothing about the command.
@@ -201,6 +209,9 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("box: bad status file %q", status)
 	}
+	if bug := b.console.kernelBug(); code != 0 && bug != "" {
+		return code, fmt.Errorf("%w: %s", ErrBoxKernelBug, bug)
+	}
 	return code, nil
 }
 
@@ -278,16 +289,9 @@ func boxCPU() string {
 // died that way at boot while fuzzers and a kernel build ran. Kernels on
 // KVM skip the check for the same reason (kvmclock sets it); the box runs
 // under TCG, so it says so itself.
-//
-// oops=panic: the box's known crash (its emulated SVM gives way and its
-// kernel takes a page-fault loop, "stack guard page was hit") is an oops
-// that kills whichever test process was on that CPU, usually a VMM, and
-// leaves the box running: the tests after it would fail for the box's
-// reason, not theirs. As a panic it ends the box, which Main then runs
-// again, as for any crashed box.
 func boxCmdline(job string) string {
 	params := strings.Join([]string{"console=ttyS0", verbosity(), tscParams(), "no_timer_check", os.Getenv("SMOLBOX_APPEND"),
-		"oops=panic", "panic=-1", "reboot=t", "smolbox.job=" + job,
+		"panic=-1", "reboot=t", "smolbox.job=" + job,
 		fmt.Sprintf("smolbox.beat=%d", beatPeriod/time.Second)}, " ")
 	return strings.Join(strings.Fields(params), " ")
 }

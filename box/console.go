@@ -17,6 +17,7 @@ type consoleTail struct {
 	mu      sync.Mutex
 	lines   []string // the last complete lines, oldest first
 	partial []byte   // the line being written
+	bug     string   // the first kernel BUG line, if any
 }
 
 const (
@@ -30,6 +31,9 @@ func (c *consoleTail) Write(p []byte) (int, error) {
 	for _, b := range p {
 		switch {
 		case b == '\n':
+			if c.bug == "" && strings.Contains(string(c.partial), knownKernelBug) {
+				c.bug = strings.TrimSpace(string(c.partial))
+			}
 			c.lines = append(c.lines, string(c.partial))
 			if len(c.lines) > tailLines {
 				c.lines = c.lines[1:]
@@ -45,6 +49,18 @@ func (c *consoleTail) Write(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	return c.w.Write(p)
+}
+
+// knownKernelBug is how the box's known crash begins on its console
+// (ErrBoxKernelBug). Only this one counts: a BUG line a guest kernel
+// prints through a test's output is the test's business.
+const knownKernelBug = "BUG: TASK stack guard page was hit"
+
+// kernelBug is the box kernel's first line of its known crash, or "".
+func (c *consoleTail) kernelBug() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bug
 }
 
 // tail returns the last lines, the unfinished one included, indented for

@@ -47,9 +47,10 @@ func Main(m *testing.M) int {
 const boxRuns = 3
 
 // boxFailed reports an error of the box itself, not of what ran in it:
-// its kernel crashed, or its watchdog found it hung.
+// its kernel crashed or reported a BUG under a failed command, or its
+// watchdog found it hung.
 func boxFailed(err error) bool {
-	return errors.Is(err, ErrBoxCrashed) || errors.Is(err, ErrBoxHung)
+	return errors.Is(err, ErrBoxCrashed) || errors.Is(err, ErrBoxHung) || errors.Is(err, ErrBoxKernelBug)
 }
 
 func shortName(p string) string {

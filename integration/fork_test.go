@@ -65,7 +65,11 @@ func TestMachineFork(t *testing.T) {
 	atFork := counter(t, home, "p")
 
 	const n = 8
-	out := mustMachine(t, home, "fork", "p", "--count", strconv.Itoa(n))
+	code, out, stderr := machineCLI(t, home, "fork", "p", "--count", strconv.Itoa(n))
+	if code != 0 {
+		vmmLog, _ := os.ReadFile(filepath.Join(home, "machines", "p", "vmm.log"))
+		t.Fatalf("fork: exit %d, %s; the parent's VMM log:\n%s", code, stderr, vmmLog)
+	}
 	children := strings.Fields(out)
 	if len(children) != n || children[0] != "p-fork-1" || children[n-1] != fmt.Sprintf("p-fork-%d", n) {
 		t.Fatalf("fork printed %q", out)
