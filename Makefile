@@ -28,8 +28,11 @@ help:
 
 build: bin/smol bin/smolbox
 
-bin/smol: FORCE
-	$(GO) build -o $@ ./cmd/smol
+# bin/smol carries its guest kernel and agent (package guestbin): a copy
+# of it alone runs guests.
+bin/smol: FORCE kernel guest
+	$(GO) run ./internal/guestbin/mkassets -o internal/guestbin/assets build/vmlinux build/agent.cpio
+	$(GO) build -tags smol_embed -o $@ ./cmd/smol
 
 bin/smolbox: FORCE
 	$(GO) build -o $@ ./cmd/smolbox
@@ -78,6 +81,7 @@ unit-test:
 # guests unreliable (README, known issue).
 test: build kernel box-kernel stock-kernel guest
 	$(GO) vet ./...
+	$(GO) vet -tags smol_embed ./internal/guestbin
 	CGO_ENABLED=1 $(GO) test -race -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')
 	$(GO) test -timeout $(TIMEOUT) ./integration
 
