@@ -109,13 +109,12 @@ func (w *Writer) Commit() (err error) {
 	if err := os.Chmod(out.Name(), 0o644); err != nil {
 		return err
 	}
-	if err := os.Link(out.Name(), w.path); err != nil {
+	if err := atomicfile.Publish(out.Name(), w.path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("%s: %w", w.path, os.ErrExist)
 		}
 		return fmt.Errorf("pack %s: %w", w.path, err)
 	}
-	atomicfile.SyncDir(filepath.Dir(w.path))
 	return nil
 }
 

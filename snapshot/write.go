@@ -147,14 +147,12 @@ func (w *Writer) Commit(ram io.ReaderAt, size int64) (err error) {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("snapshot %s: %w", w.path, err)
 	}
-	// Link, not rename: a file that appeared at path meanwhile stays.
-	if err := os.Link(tmp, w.path); err != nil {
+	if err := atomicfile.Publish(tmp, w.path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("snapshot %s: %w", w.path, os.ErrExist)
 		}
 		return fmt.Errorf("snapshot %s: %w", w.path, err)
 	}
-	atomicfile.SyncDir(filepath.Dir(w.path))
 	return nil
 }
 

@@ -42,6 +42,18 @@ func Create(path string, data []byte) error {
 	return err
 }
 
+// Publish gives the finished file tmp a second name, path, which must
+// not exist, and makes that durable: a link, not a rename, so that a file
+// that appeared at path meanwhile stays (the error then wraps
+// os.ErrExist). The caller removes tmp.
+func Publish(tmp, path string) error {
+	if err := os.Link(tmp, path); err != nil {
+		return err // *LinkError: names path, wraps ErrExist
+	}
+	SyncDir(filepath.Dir(path))
+	return nil
+}
+
 // SyncDir makes a directory's entries (a rename, a new file) durable.
 func SyncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
