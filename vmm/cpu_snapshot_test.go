@@ -102,14 +102,7 @@ func TestStateAtAnINExitIsPastTheIN(t *testing.T) {
 // stays 1), the state reads back as it was set, and the paused original
 // is untouched.
 func TestRestoredVCPUContinues(t *testing.T) {
-	parent := tinyMachine(t, inLoopCode)
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, parent, 1000)
-	if err := parent.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	parent := pausedCounter(t, 1000)
 	vcpus, vm, err := parent.CPUState()
 	if err != nil {
 		t.Fatal(err)

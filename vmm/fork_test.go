@@ -138,14 +138,7 @@ func TestPauseAndForkOfStubbornGuests(t *testing.T) {
 // hand-over, each run and closed, leave no descriptor or goroutine
 // behind.
 func TestHundredForkChildrenLeakNothing(t *testing.T) {
-	parent := tinyMachine(t, inLoopCode)
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, parent, 100)
-	if err := parent.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	parent := pausedCounter(t, 100)
 	path := filepath.Join(t.TempDir(), "fork.state")
 	ram, err := parent.ForkState(path, nil)
 	if err != nil {

@@ -79,14 +79,7 @@ func TestSnapshotOfAPausedMachine(t *testing.T) {
 // snapshot continues its count without passing the entry point again,
 // and neither the file nor the paused original sees its writes.
 func TestRestoreFromASnapshotFile(t *testing.T) {
-	parent := tinyMachine(t, inLoopCode)
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, parent, 1000)
-	if err := parent.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	parent := pausedCounter(t, 1000)
 	path := filepath.Join(t.TempDir(), "m.snap")
 	if err := parent.Snapshot(path, SnapshotOptions{}); err != nil {
 		t.Fatal(err)
@@ -135,14 +128,7 @@ func TestRestoreFromASnapshotFile(t *testing.T) {
 // resumes and runs on; each then counts alone, neither seeing the other's
 // memory.
 func TestForkContinuesAndDiverges(t *testing.T) {
-	parent := tinyMachine(t, inLoopCode)
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, parent, 1000)
-	if err := parent.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	parent := pausedCounter(t, 1000)
 	at := counter(t, parent)
 	child, err := parent.Fork(Config{})
 	if err != nil {
@@ -187,14 +173,7 @@ func TestForkContinuesAndDiverges(t *testing.T) {
 // child that continues the count while the parent runs on apart; the
 // file alone, or a file with RAM given a memfd too, is refused.
 func TestForkStateHandsOverRAMByFile(t *testing.T) {
-	parent := tinyMachine(t, inLoopCode)
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitAdvance(t, parent, 1000)
-	if err := parent.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	parent := pausedCounter(t, 1000)
 	at := counter(t, parent)
 	path := filepath.Join(t.TempDir(), "fork.state")
 	ram, err := parent.ForkState(path, []Section{{Name: "caller", Version: 3, Value: "record"}})
@@ -288,4 +267,19 @@ func runFromForkPoint(t *testing.T, child *Machine, at uint64) {
 		t.Fatal(err)
 	}
 	waitAdvance(t, child, at+1000)
+}
+
+// pausedCounter starts an IN-loop counting guest (inLoopCode), lets it
+// count past past and pauses it: the parent of the fork and restore tests.
+func pausedCounter(t *testing.T, past uint64) *Machine {
+	t.Helper()
+	m := tinyMachine(t, inLoopCode)
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, m, past)
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
