@@ -132,8 +132,9 @@ func (b *machineBackend) holdPaused() (release func(), err error) {
 }
 
 // Snapshot writes the machine, paused for the time it takes, to a new
-// file at path: its record, its VM state and RAM, and its disks.
-func (b *machineBackend) Snapshot(path string) error {
+// file at req.Path: its record, its VM state and RAM, and (unless
+// req.WithoutDisks) its disks.
+func (b *machineBackend) Snapshot(req machine.SnapshotRequest) error {
 	b.statesMu.Lock()
 	defer b.statesMu.Unlock()
 	release, err := b.holdPaused()
@@ -141,9 +142,9 @@ func (b *machineBackend) Snapshot(path string) error {
 		return err
 	}
 	defer release()
-	return b.m.vm.Snapshot(path, vmm.SnapshotOptions{
+	return b.m.vm.Snapshot(req.Path, vmm.SnapshotOptions{
 		Sections: []vmm.Section{{Name: specSection, Version: specSectionVersion, Value: b.spec}},
-		Disks:    true,
+		Disks:    !req.WithoutDisks,
 	})
 }
 

@@ -37,7 +37,7 @@ func (m *NamedMachine) Snapshot(ctx context.Context, path string, leaveRunning b
 	if _, err := os.Lstat(abs); err == nil {
 		return fmt.Errorf("%s already exists", path)
 	}
-	if err := m.client().Snapshot(ctx, abs); err != nil {
+	if err := m.client().Snapshot(ctx, machine.SnapshotRequest{Path: abs}); err != nil {
 		return fmt.Errorf("machine %s: snapshot: %w", name, err)
 	}
 	if leaveRunning {
@@ -192,6 +192,7 @@ func Restore(ctx context.Context, path, name string) (_ *NamedMachine, err error
 		}
 	}
 	spec.Name, spec.Created, spec.Generation, spec.Parent = name, time.Now().UTC(), spec.Generation+1, ""
+	spec.Kernel, spec.Agent, spec.Pack = "", "", "" // a later cold boot uses this smol's
 	spec.Image.Disk = st.Path(name, rootDiskFile)
 	for i := range spec.Disks {
 		spec.Disks[i].Path = st.Path(name, extraDiskFile(i))

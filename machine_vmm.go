@@ -99,6 +99,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	}
 	defer boot.Close()
 	cfg := Config{
+		Kernel: spec.Kernel, Initrd: spec.Agent,
 		CPUs: spec.CPUs, Memory: spec.Memory, Console: console,
 		Disks: []Disk{
 			{Path: spec.Image.Disk, ReadOnly: true, Serial: "smol-root"},
@@ -120,12 +121,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		cfg.EgressLog = egress
 	}
 	b := &machineBackend{store: st, spec: spec, vsock: vsockPath, started: started}
-	if src.Snapshot == "" {
-		err = b.boot(cfg, boot)
-	} else {
-		err = b.restore(cfg, src)
-	}
-	if err != nil {
+	if err := b.start(cfg, src, boot); err != nil {
 		return err
 	}
 	m := b.m
@@ -172,8 +168,10 @@ type machineBackend struct {
 
 // boot cold-boots the machine and waits for its agent's first call.
 func (b *machineBackend) boot(cfg Config, boot net.Listener) (err error) {
-	if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
-		return err
+	if cfg.Initrd == "" {
+		if cfg.Initrd, err = DefaultAgentInitrd(); err != nil {
+			return err
+		}
 	}
 	if b.m, err = Start(cfg); err != nil {
 		return err

@@ -42,6 +42,12 @@ type MachineConfig struct {
 	Workdir string
 	User    string
 
+	// From makes the machine the pack at this path holds (a .smolmachine
+	// file or its stub; smol pack create) instead of from Image: its
+	// kernel, agent, root, writable layer and live state, with its shape
+	// and exec defaults where the fields above are zero.
+	From string
+
 	// Net gives the machine a network behind smol's userspace gateway
 	// (AllowHosts, AllowCIDRs and DNS apply; a TAP is refused); nil: none.
 	// Its egress log is kept with the machine (Events).
@@ -81,6 +87,37 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 	} else if !errors.Is(err, machine.ErrNotFound) {
 		return nil, err
 	}
+	if c.From != "" {
+		return createFromPack(st, c)
+	}
+	spec, err := newSpec(c)
+	if err != nil {
+		return nil, err
+	}
+	images, err := imagefs.Open(MachineHome())
+	if err != nil {
+		return nil, err
+	}
+	var img *imagefs.Image
+	ref := c.Image
+	if ref == "" {
+		ref = BuiltinRoot
+		img, err = builtinRootImage(ctx, images, c.Progress)
+	} else {
+		img, err = images.Get(ctx, c.Image, imagefs.Options{Pull: c.Pull, Insecure: c.Insecure, Progress: c.Progress})
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec.Image = &machine.Image{Ref: ref, Digest: img.Digest, Disk: img.Disk, Config: img.Config}
+	if err := st.Create(spec); err != nil {
+		return nil, err
+	}
+	return &NamedMachine{store: st, spec: spec}, nil
+}
+
+// newSpec is the record of the machine c describes, but its image.
+func newSpec(c MachineConfig) (*machine.Spec, error) {
 	spec := &machine.Spec{Name: c.Name, Created: time.Now().UTC(), CPUs: c.CPUs, Memory: c.Memory, Storage: c.Storage,
 		Env: c.Env, Workdir: c.Workdir, User: c.User}
 	if spec.CPUs == 0 {
@@ -108,26 +145,7 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 		}
 		spec.Disks = append(spec.Disks, machine.Disk{Path: p, ReadOnly: d.ReadOnly})
 	}
-	images, err := imagefs.Open(MachineHome())
-	if err != nil {
-		return nil, err
-	}
-	var img *imagefs.Image
-	ref := c.Image
-	if ref == "" {
-		ref = BuiltinRoot
-		img, err = builtinRootImage(ctx, images, c.Progress)
-	} else {
-		img, err = images.Get(ctx, c.Image, imagefs.Options{Pull: c.Pull, Insecure: c.Insecure, Progress: c.Progress})
-	}
-	if err != nil {
-		return nil, err
-	}
-	spec.Image = &machine.Image{Ref: ref, Digest: img.Digest, Disk: img.Disk, Config: img.Config}
-	if err := st.Create(spec); err != nil {
-		return nil, err
-	}
-	return &NamedMachine{store: st, spec: spec}, nil
+	return spec, nil
 }
 
 // OpenMachine finds a created machine.
@@ -243,9 +261,10 @@ var VMMExecutable string
 
 // Start boots the machine in a VMM process of its own and returns once
 // the guest agent answers; the machine keeps running after this program
-// exits.
+// exits. A machine made from a live pack resumes its packed processes
+// the first time (LiveState), where this host's CPU allows.
 func (m *NamedMachine) Start(ctx context.Context) error {
-	return m.startVMM(ctx, VMMSource{})
+	return m.startVMM(ctx, m.startSource())
 }
 
 // startVMM starts the machine's VMM process, booting it or restoring it

@@ -84,7 +84,10 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 		return nil, err
 	}
 	defer f.Close()
-	w, err := ext4fs.New(f, ext4fs.Options{MaxBytes: limits.MaxBytes, Label: fsLabel, UUID: volumeUUID(digest), Spare: spareBytes, Now: time.Now()})
+	// The filesystem's own times are the image's, not the clock's: the
+	// same image gives the same bytes on every host (a pack of it is
+	// reproducible).
+	w, err := ext4fs.New(f, ext4fs.Options{MaxBytes: limits.MaxBytes, Label: fsLabel, UUID: volumeUUID(digest), Spare: spareBytes, Now: imageTime(cf.Created.Time)})
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +114,7 @@ func (s *Store) build(ctx context.Context, src *source, o Options) (img *Image, 
 	meta := entryMeta{Ref: "", Digest: digest, Platform: src.platform, Created: time.Now().UTC()}
 	if cf != nil {
 		c := cf.Config
-		meta.Config = Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User}
+		meta.Config = Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Created: imageTime(cf.Created.Time)}
 	}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
@@ -296,4 +299,13 @@ func noSpace(err error, dir string) error {
 		return fmt.Errorf("no space left on device under %s", filepath.Dir(dir))
 	}
 	return err
+}
+
+// imageTime is an image's creation time, the Unix epoch when it has none
+// (or a hostile one outside what ext4 stores).
+func imageTime(t time.Time) time.Time {
+	if t.Before(time.Unix(0, 0)) || t.After(time.Unix(1<<32-1, 0)) {
+		return time.Unix(0, 0).UTC()
+	}
+	return t.UTC()
 }

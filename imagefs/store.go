@@ -64,6 +64,9 @@ type Config struct {
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
 	User       string   `json:"user,omitempty"`
+	// Created is when the image was built, as its config says (the Unix
+	// epoch when it does not, as in reproducible builds).
+	Created time.Time `json:"created,omitzero"`
 }
 
 // Image is one cached image.

@@ -31,9 +31,11 @@ const DefaultStopTimeout = 10 * time.Second
 
 // SnapshotRequest is POST /v1/snapshot: the VMM pauses the machine,
 // writes its state, RAM and disks to Path (absolute, new), and lets it
-// run again.
+// run again. WithoutDisks leaves the disks out, for a caller that copies
+// them itself while the machine is paused (smol pack --live).
 type SnapshotRequest struct {
-	Path string `json:"path"`
+	Path         string `json:"path"`
+	WithoutDisks bool   `json:"withoutDisks,omitempty"`
 }
 
 // ForkRequest is POST /v1/fork: the VMM pauses the machine and starts a

@@ -54,9 +54,10 @@ func (c *Client) Resume(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/resume", nil, nil)
 }
 
-// Snapshot has the VMM write the machine's snapshot to path (absolute).
-func (c *Client) Snapshot(ctx context.Context, path string) error {
-	return c.call(ctx, http.MethodPost, "/v1/snapshot", SnapshotRequest{Path: path}, nil)
+// Snapshot has the VMM write the machine's snapshot to req.Path
+// (absolute).
+func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/snapshot", req, nil)
 }
 
 // Fork has the VMM start the children req names; it returns once they

@@ -141,11 +141,12 @@ func TestRotatingLogIsBounded(t *testing.T) {
 
 // fakeVMM is a Backend whose "agent" echoes what it is sent.
 type fakeVMM struct {
-	state    State
-	stopped  chan time.Duration
-	dialErrs bool
-	snapshot string
-	forked   []ForkRequest
+	state        State
+	stopped      chan time.Duration
+	dialErrs     bool
+	snapshot     string
+	withoutDisks bool
+	forked       []ForkRequest
 }
 
 func (f *fakeVMM) Info() Info { return Info{Name: "m", State: f.state, CPUs: 1} }
@@ -178,8 +179,11 @@ func (f *fakeVMM) DialAgent(ctx context.Context) (net.Conn, error) {
 func (f *fakeVMM) Shutdown(d time.Duration) error { f.stopped <- d; return nil }
 func (f *fakeVMM) Pause() error                   { f.state = Paused; return nil }
 func (f *fakeVMM) Resume() error                  { f.state = Running; return nil }
-func (f *fakeVMM) Snapshot(p string) error        { f.snapshot = p; return nil }
-func (f *fakeVMM) Fork(r ForkRequest) error       { f.forked = append(f.forked, r); return nil }
+func (f *fakeVMM) Snapshot(r SnapshotRequest) error {
+	f.snapshot, f.withoutDisks = r.Path, r.WithoutDisks
+	return nil
+}
+func (f *fakeVMM) Fork(r ForkRequest) error { f.forked = append(f.forked, r); return nil }
 
 // TestSnapshotAndForkRequests: the API passes good requests on and
 // refuses bad ones itself, before the VMM sees them.
@@ -187,11 +191,11 @@ func TestSnapshotAndForkRequests(t *testing.T) {
 	f := &fakeVMM{state: Running}
 	c := serve(t, f)
 	ctx := context.Background()
-	if err := c.Snapshot(ctx, "relative/m.snap"); err == nil || f.snapshot != "" {
+	if err := c.Snapshot(ctx, SnapshotRequest{Path: "relative/m.snap"}); err == nil || f.snapshot != "" {
 		t.Errorf("a relative snapshot path: %v", err)
 	}
-	if err := c.Snapshot(ctx, "/tmp/m.snap"); err != nil || f.snapshot != "/tmp/m.snap" {
-		t.Errorf("snapshot: %v, %q", err, f.snapshot)
+	if err := c.Snapshot(ctx, SnapshotRequest{Path: "/tmp/m.snap", WithoutDisks: true}); err != nil || f.snapshot != "/tmp/m.snap" || !f.withoutDisks {
+		t.Errorf("snapshot: %v, %q, without disks %v", err, f.snapshot, f.withoutDisks)
 	}
 	many := make([]string, MaxForkChildren+1)
 	for i := range many {

@@ -27,7 +27,7 @@ type Backend interface {
 	Pause() error
 	Resume() error
 	// Snapshot writes the machine's state to a new file (SnapshotRequest).
-	Snapshot(path string) error
+	Snapshot(req SnapshotRequest) error
 	// Fork starts the children of a fork (ForkRequest).
 	Fork(req ForkRequest) error
 }
@@ -106,7 +106,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("snapshot path %q is not absolute", req.Path))
 		return
 	}
-	if err := s.b.Snapshot(req.Path); err != nil {
+	if err := s.b.Snapshot(req); err != nil {
 		writeError(w, http.StatusConflict, err)
 		return
 	}

@@ -40,6 +40,14 @@ type Spec struct {
 	// was forked from, if any.
 	Generation uint64 `json:"generation,omitempty"`
 	Parent     string `json:"parent,omitempty"`
+
+	// A machine made from a pack (smol machine create --from) boots the
+	// guest kernel and agent that came in it, so that it runs the same
+	// as where it was packed; Pack is that pack's ID (pack.Reader.ID).
+	// Empty: this smol's own kernel and agent.
+	Kernel string `json:"kernel,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	Pack   string `json:"pack,omitempty"`
 }
 
 // check validates a fork request's names.

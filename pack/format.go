@@ -105,6 +105,16 @@ func (m *Manifest) check(dataStart, size int64) error {
 	if m.Machine.CPUs < 1 || m.Machine.CPUs > 254 || m.Machine.Memory < 64<<20 || m.Machine.Memory > 1<<40 {
 		return formatErr("a machine of %d vCPUs and %d bytes", m.Machine.CPUs, m.Machine.Memory)
 	}
+	if s := m.Machine.Storage; s != 0 && (s < 64<<20 || s > 1<<44) {
+		return formatErr("a writable layer of %d bytes", s)
+	}
+	// What smol prints of a pack: plain text, or it could drive the
+	// terminal that shows it.
+	for _, f := range []struct{ name, value string }{{"smol", m.Smol}, {"platform", m.Platform}, {"image", m.Machine.Image}, {"digest", m.Machine.Digest}} {
+		if !printable(f.value) || len(f.value) > 1024 {
+			return formatErr("manifest %s %q", f.name, f.value)
+		}
+	}
 	seen := map[string]bool{}
 	for _, s := range m.Sections {
 		switch {
@@ -137,4 +147,13 @@ func knownSection(name string) bool {
 		return true
 	}
 	return false
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

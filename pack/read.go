@@ -16,8 +16,11 @@ import (
 // Reader reads a .smolmachine file that Open checked.
 type Reader struct {
 	f         *os.File
-	dataStart int64
+	dataStart int64 // in f: a pack appended to a stub starts past the stub
 	Manifest  Manifest
+	// ID is the SHA-256 of the manifest as stored: since the manifest
+	// holds every section's digest, it names the whole pack.
+	ID string
 }
 
 // Open checks path's header, caps and decodes its manifest, and checks
@@ -28,7 +31,16 @@ func Open(path string) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := open(f)
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, formatErr("not a regular file"))
+	}
+	r, err := OpenAt(f, 0, fi.Size())
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -36,16 +48,11 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
-func open(f *os.File) (*Reader, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, formatErr("not a regular file")
-	}
+// OpenAt checks the pack of size bytes at base in f (a single-file stub
+// carries its pack after its own code) as Open does. The Reader owns f.
+func OpenAt(f *os.File, base, size int64) (*Reader, error) {
 	header := make([]byte, headerLen)
-	if _, err := f.ReadAt(header, 0); err != nil {
+	if _, err := f.ReadAt(header, base); err != nil || size < headerLen {
 		return nil, formatErr("shorter than a header")
 	}
 	if !bytes.Equal(header[:8], magic[:]) {
@@ -56,18 +63,19 @@ func open(f *os.File) (*Reader, error) {
 	if major != Major {
 		return nil, formatErr("format version %d.%d; this smol reads %d.x", major, minor, Major)
 	}
-	if n == 0 || n > MaxManifest || int64(headerLen)+int64(n) > fi.Size() {
-		return nil, formatErr("a manifest of %d bytes in a %d-byte file", n, fi.Size())
+	if n == 0 || n > MaxManifest || int64(headerLen)+int64(n) > size {
+		return nil, formatErr("a manifest of %d bytes in a %d-byte file", n, size)
 	}
 	raw := make([]byte, n)
-	if _, err := f.ReadAt(raw, headerLen); err != nil {
+	if _, err := f.ReadAt(raw, base+headerLen); err != nil {
 		return nil, formatErr("reading the manifest: %v", err)
 	}
-	r := &Reader{f: f, dataStart: int64(headerLen) + int64(n)}
+	sum := sha256.Sum256(raw)
+	r := &Reader{f: f, dataStart: base + int64(headerLen) + int64(n), ID: hex.EncodeToString(sum[:])}
 	if err := json.Unmarshal(raw, &r.Manifest); err != nil {
 		return nil, formatErr("manifest: %v", err)
 	}
-	if err := r.Manifest.check(r.dataStart, fi.Size()); err != nil {
+	if err := r.Manifest.check(int64(headerLen)+int64(n), size); err != nil {
 		return nil, err
 	}
 	return r, nil

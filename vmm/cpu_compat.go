@@ -2,9 +2,11 @@ package vmm
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/smolvm/smol/kvm"
+	"github.com/smolvm/smol/snapshot"
 )
 
 // featureRegisters are the CPUID registers that tell a guest which
@@ -74,7 +76,69 @@ func register(e kvm.CPUIDEntry, reg string) uint32 {
 // what was set, and it is what a guest of this host is really offered.
 func checkHostFeatures(saved, host []kvm.CPUIDEntry) error {
 	if missing := missingFeatures(saved, host); len(missing) > 0 {
-		return fmt.Errorf("it needs CPU features this host lacks (%s)", strings.Join(missing, ", "))
+		return &HostCPUError{fmt.Sprintf("it needs CPU features this host lacks (%s)", strings.Join(missing, ", "))}
 	}
 	return nil
+}
+
+// HostCPUError is a snapshot whose guest this host's CPU cannot run:
+// another vendor, or features the guest was given that this host lacks.
+// A caller with another way to start the machine (a cold boot of its
+// disks) falls back on it for this error only.
+type HostCPUError struct{ Reason string }
+
+func (e *HostCPUError) Error() string { return e.Reason }
+
+// CheckRestoreHost tells, before anything is built, whether this host can
+// resume the snapshot at path: the same architecture and CPU vendor, and
+// every CPU feature its guest was given (a *HostCPUError if not). It
+// makes a throwaway VM with one vCPU to read what a guest here is
+// offered.
+func CheckRestoreHost(path string) error {
+	r, err := snapshot.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var host HostState
+	var v VCPUState
+	if err := r.Section("host", hostSectionVersion, &host); err != nil {
+		return err
+	}
+	if err := r.Section("vcpu.0", vcpuSectionVersion, &v); err != nil {
+		return err
+	}
+	if host.Arch != runtime.GOARCH {
+		return &HostCPUError{fmt.Sprintf("the snapshot was taken on %s, this host is %s", host.Arch, runtime.GOARCH)}
+	}
+	sys, err := kvm.Open()
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	supported, err := sys.SupportedCPUID()
+	if err != nil {
+		return err
+	}
+	if saved, here := cpuVendor(v), cpuVendor(VCPUState{CPUID: supported.Entries}); saved != here {
+		return &HostCPUError{fmt.Sprintf("the snapshot was taken on a %s CPU, this host's is %s", saved, here)}
+	}
+	vm, err := sys.CreateVM()
+	if err != nil {
+		return err
+	}
+	defer vm.Close()
+	fd, err := vm.CreateVCPU(0)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	if err := fd.SetCPUID(guestCPUID(supported, 0, 1)); err != nil {
+		return err
+	}
+	fresh, err := fd.CPUID()
+	if err != nil {
+		return err
+	}
+	return checkHostFeatures(v.CPUID, fresh.Entries)
 }

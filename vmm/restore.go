@@ -75,7 +75,7 @@ func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
 		}
 	}
 	if vendor := hostCPUVendor(); vendor != "" && cpuVendor(src.vcpus[0]) != vendor {
-		return nil, fmt.Errorf("snapshot %s was taken on a %s CPU, this host's is %s", path, cpuVendor(src.vcpus[0]), vendor)
+		return nil, &HostCPUError{fmt.Sprintf("snapshot %s was taken on a %s CPU, this host's is %s", path, cpuVendor(src.vcpus[0]), vendor)}
 	}
 	if err := r.Section("vm", vmSectionVersion, &src.vm); err != nil {
 		return nil, err

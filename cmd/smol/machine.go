@@ -27,6 +27,7 @@ stop and start.
 
 Commands:
   create NAME [--image REF] [flags] record a machine (nothing boots; no image: smol's busybox root)
+  create NAME --from FILE           the machine a pack holds (smol pack create; a stub or .smolmachine)
   start NAME                        boot it; it keeps running after smol exits
   stop NAME [--timeout 10s]         shut it down cleanly (stopped hard after the timeout)
   restart NAME [--timeout 10s]      stop, then start
@@ -69,7 +70,7 @@ func machineCommand(args []string) (int, error) {
 	case "create":
 		return 0, machineCreate(rest)
 	case "start":
-		return 0, withMachine("start", rest, func(ctx context.Context, m *smol.NamedMachine) error { return m.Start(ctx) })
+		return 0, withMachine("start", rest, startMachine)
 	case "stop", "restart":
 		return 0, machineStop(sub, rest)
 	case "pause":
@@ -140,6 +141,7 @@ func withMachine(name string, args []string, fn func(context.Context, *smol.Name
 func machineCreate(args []string) error {
 	fs := newFlags("create", "NAME [--image REF] [flags]")
 	image := fs.String("image", "", "the image its root is made from (as for smol run --image; default: smol's busybox root)")
+	from := fs.String("from", "", "make it the machine packed in FILE (a .smolmachine or its stub): no pull, no image cache")
 	pull := fs.String("pull", "missing", "when to pull --image: missing, always or never")
 	insecure := fs.Bool("insecure", false, "allow plain http and unverified TLS for --image's registry")
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
@@ -158,8 +160,11 @@ func machineCreate(args []string) error {
 	if err != nil {
 		return usageError{"--pull: " + err.Error()}
 	}
-	c := smol.MachineConfig{Name: names[0], Image: *image, Pull: policy, Insecure: *insecure, Progress: progressWriter(),
+	c := smol.MachineConfig{Name: names[0], Image: *image, From: *from, Pull: policy, Insecure: *insecure, Progress: progressWriter(),
 		CPUs: *cpus, Workdir: *workdir, User: *user}
+	if c.From != "" && c.Image != "" {
+		return usageError{"--from and --image exclude each other"}
+	}
 	if c.Memory, err = smol.ParseSize(*mem); err != nil {
 		return usageError{"--mem: " + err.Error()}
 	}
@@ -174,6 +179,17 @@ func machineCreate(args []string) error {
 		return usageError{"--storage: " + err.Error()}
 	}
 	c.Storage = int64(st)
+	if c.From != "" { // the pack's shape, but where the flags say otherwise
+		if !fs.Changed("cpus") {
+			c.CPUs = 0
+		}
+		if !fs.Changed("mem") {
+			c.Memory = 0
+		}
+		if !fs.Changed("storage") {
+			c.Storage = 0
+		}
+	}
 	for _, d := range *disks {
 		disk, err := parseDisk(d)
 		if err != nil {
@@ -207,7 +223,7 @@ func machineStop(sub string, args []string) error {
 		return err
 	}
 	if sub == "restart" {
-		return m.Start(ctx)
+		return startMachine(ctx, m)
 	}
 	return nil
 }

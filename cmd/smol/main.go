@@ -5,6 +5,10 @@
 //	smol pull REF
 //	smol images [rm REF]
 //	smol machine create|start|stop|pause|resume|exec|shell|cp|ls|status|logs|rm ...
+//	smol pack create|inspect|verify ...
+//
+// A copy of it with a pack's trailer (smol pack create) is that pack's
+// runner instead: ./PATH run|start|exec|shell|stop|status.
 package main
 
 import (
@@ -34,52 +38,27 @@ Usage:
   smol pull REF...                   fetch images into the cache
   smol images [rm REF...]            list or remove cached images
   smol machine COMMAND ...           persistent machines: create, start, exec, stop, ls, ...
+  smol pack COMMAND ...              portable machines: create, inspect, verify
   smol help                          show this help
 
 Run 'smol run --help' for its flags.
 `
 
 func main() {
+	if exe, s := ownStub(); s != nil && !isVMMCall(os.Args[1:]) {
+		os.Exit(stubMain(exe, s, os.Args[1:]))
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
 func run(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return 2
-	}
-	var err error
-	switch args[0] {
-	case "run":
-		var code int
-		code, err = runCommand(args[1:])
-		if err == nil {
-			return code
-		}
-	case "pull", "images":
-		cmd := pullCommand
-		if args[0] == "images" {
-			cmd = imagesCommand
-		}
-		var code int
-		code, err = cmd(args[1:])
-		if err == nil {
-			return code
-		}
-	case "machine":
-		if exe, err := os.Executable(); err == nil {
-			smol.VMMExecutable = exe
-		}
-		var code int
-		code, err = machineCommand(args[1:])
-		if err == nil {
-			return code
-		}
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return 0
-	default:
-		err = usageError{fmt.Sprintf("unknown command %q (try 'smol help')", args[0])}
+	return report(dispatch(args))
+}
+
+// report prints err as smol's one line and returns the exit status.
+func report(code int, err error) int {
+	if err == nil {
+		return code
 	}
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
@@ -90,4 +69,31 @@ func run(args []string) int {
 		return 2
 	}
 	return 1
+}
+
+func dispatch(args []string) (int, error) {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2, nil
+	}
+	switch args[0] {
+	case "run":
+		return runCommand(args[1:])
+	case "pull":
+		return pullCommand(args[1:])
+	case "images":
+		return imagesCommand(args[1:])
+	case "machine", "pack":
+		if exe, err := os.Executable(); err == nil {
+			smol.VMMExecutable = exe
+		}
+		if args[0] == "pack" {
+			return packCommand(args[1:])
+		}
+		return machineCommand(args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0, nil
+	}
+	return 0, usageError{fmt.Sprintf("unknown command %q (try 'smol help')", args[0])}
 }

@@ -19,6 +19,7 @@ import (
 // the command and smol exits with its status.
 type workload struct {
 	image       string
+	pack        string // a stub's run: its pack instead of an image
 	pull        string
 	insecure    bool
 	env         []string
@@ -60,6 +61,9 @@ func (w *workload) run() (int, error) {
 		cmd.Args = w.args
 	}
 	defer attach(&cmd, w.interactive, w.tty)()
+	if w.pack != "" {
+		return commandResult(smol.RunPacked(ctx, w.pack, w.cfg, cmd))
+	}
 	return commandResult(smol.RunCommand(ctx, w.cfg, image, cmd))
 }
 

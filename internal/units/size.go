@@ -36,3 +36,14 @@ func ParseSize(s string) (uint64, error) {
 	}
 	return n << shift, nil
 }
+
+// FormatSize prints a byte count for people, in binary units.
+func FormatSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", (n+1023)/1024)
+}
