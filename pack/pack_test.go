@@ -27,6 +27,7 @@ func disk(t *testing.T, dir, name string, allocatedZeros bool) string {
 	}
 	defer f.Close()
 	f.WriteAt([]byte("superblock"), 1024)
+	f.WriteAt([]byte("same chunk, another extent"), 40<<10) // a hole between it and the superblock
 	f.WriteAt(bytes.Repeat([]byte{0x5a}, 100<<10), 30<<20)
 	if allocatedZeros {
 		f.WriteAt(make([]byte, 1<<20), 10<<20)

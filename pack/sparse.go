@@ -26,9 +26,11 @@ const (
 func encode(w io.Writer, src io.ReaderAt, size int64) error {
 	buf := make([]byte, chunkSize)
 	var hdr [recordHdr]byte
+	next := int64(0) // the first chunk not yet written: extents may share one
 	return sparsefile.DataExtents(src, 0, size, func(start, end int64) error {
 		// Chunks are aligned to the image, whatever the extents are.
-		for pos := start / chunkSize * chunkSize; pos < end; pos += chunkSize {
+		for pos := max(start/chunkSize*chunkSize, next); pos < end; pos += chunkSize {
+			next = pos + chunkSize
 			n := min(chunkSize, size-pos)
 			if _, err := src.ReadAt(buf[:n], pos); err != nil && !(errors.Is(err, io.EOF) && n > 0) {
 				return err
