@@ -61,15 +61,16 @@ func unpack(r *pack.Reader, own []string, progress io.Writer) (shared, private s
 	if err := os.MkdirAll(filepath.Dir(shared), 0o700); err != nil {
 		return "", "", err
 	}
-	private, err = os.MkdirTemp(filepath.Dir(shared), ".unpack-")
+	dir, err := os.MkdirTemp(filepath.Dir(shared), ".unpack-")
 	if err != nil {
 		return "", "", err
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(private)
+			os.RemoveAll(dir)
 		}
 	}()
+	private = dir
 	extract := func(section, dst string) error {
 		if s, ok := r.Manifest.Section(section); ok && progress != nil {
 			fmt.Fprintf(progress, "unpacking %s (%s)\n", section, units.FormatSize(s.Size))

@@ -127,6 +127,11 @@ func Pack(ctx context.Context, c PackConfig) (*pack.Manifest, error) {
 	if err := w.Commit(); err != nil {
 		return nil, err
 	}
+	r, err := pack.Open(tmpPack)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
 	tmpStub := filepath.Join(tmp, filepath.Base(stub))
 	if err := pack.WriteStub(tmpStub, runner, tmpPack, c.SingleFile); err != nil {
 		return nil, err
@@ -140,11 +145,6 @@ func Pack(ctx context.Context, c PackConfig) (*pack.Manifest, error) {
 	if err := place(tmpStub, stub, c.Force); err != nil {
 		return nil, err
 	}
-	r, err := pack.Open(tmpPack)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
 	return &r.Manifest, nil
 }
 

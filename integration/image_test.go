@@ -39,6 +39,8 @@ type testRegistry struct {
 	blobGets  atomic.Int64
 	requests  atomic.Int64
 	serverURL string
+	// stop shuts the registry down: what follows must not need it.
+	stop func()
 }
 
 func newTestRegistry(t *testing.T) *testRegistry {
@@ -53,6 +55,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 		handler.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
+	r.stop = srv.Close
 	r.serverURL = srv.URL
 	r.host = strings.TrimPrefix(srv.URL, "http://")
 	return r
