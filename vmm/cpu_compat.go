@@ -123,22 +123,32 @@ func CheckRestoreHost(path string) error {
 	if saved, here := cpuVendor(v), cpuVendor(VCPUState{CPUID: supported.Entries}); saved != here {
 		return &HostCPUError{fmt.Sprintf("the snapshot was taken on a %s CPU, this host's is %s", saved, here)}
 	}
-	vm, err := sys.CreateVM()
+	fresh, err := offeredCPUID(sys, supported)
 	if err != nil {
 		return err
+	}
+	return checkHostFeatures(v.CPUID, fresh)
+}
+
+// offeredCPUID is what a guest of this host is offered: the CPUID a
+// throwaway vCPU reads back after smol set its own (KVM_GET_CPUID2).
+func offeredCPUID(sys *kvm.System, supported *kvm.CPUID) ([]kvm.CPUIDEntry, error) {
+	vm, err := sys.CreateVM()
+	if err != nil {
+		return nil, err
 	}
 	defer vm.Close()
 	fd, err := vm.CreateVCPU(0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer fd.Close()
 	if err := fd.SetCPUID(guestCPUID(supported, 0, 1)); err != nil {
-		return err
+		return nil, err
 	}
-	fresh, err := fd.CPUID()
+	c, err := fd.CPUID()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return checkHostFeatures(v.CPUID, fresh.Entries)
+	return c.Entries, nil
 }

@@ -33,13 +33,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/bench/internal/benchimage"
 	"github.com/smolvm/smol/bench/internal/rounds"
 	"github.com/smolvm/smol/bench/internal/stats"
-	"github.com/smolvm/smol/internal/imagetest"
 )
 
 func main() {
@@ -48,7 +45,7 @@ func main() {
 	writeImage := flag.String("write-image", "", "only write the benchmark's busybox image (a docker-save tarball) to this path")
 	flag.Parse()
 	if *writeImage != "" {
-		if err := busyboxImage(*writeImage); err != nil {
+		if err := benchimage.Busybox(*writeImage); err != nil {
 			fatal(err)
 		}
 		return
@@ -64,7 +61,7 @@ func main() {
 	defer os.RemoveAll(home)
 	b := &bench{bin: bin, home: home}
 	img := filepath.Join(home, "img.tar")
-	if err := busyboxImage(img); err != nil {
+	if err := benchimage.Busybox(img); err != nil {
 		fatal(err)
 	}
 	b.must("pull", img)
@@ -250,30 +247,6 @@ func (b *bench) vmmRSS(name string) float64 {
 		fatal(err)
 	}
 	return stats.ReadProcMem(s.PID).VMM()
-}
-
-// busyboxImage writes a docker-save tarball of Debian's static busybox.
-func busyboxImage(out string) error {
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return fmt.Errorf("static busybox: %w", err)
-	}
-	bin := imagetest.File("bin/busybox", string(bb))
-	bin.Mode = 0o755
-	entries := []imagetest.Entry{imagetest.Dir("bin/"), bin, imagetest.Dir("root/"), imagetest.Dir("tmp/")}
-	for _, a := range []string{"sh", "cat", "true"} {
-		entries = append(entries, imagetest.Symlink("bin/"+a, "busybox"))
-	}
-	l, err := imagetest.Layer(entries...)
-	if err != nil {
-		return err
-	}
-	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/bin"}}, l)
-	if err != nil {
-		return err
-	}
-	tag, _ := name.NewTag("bench/busybox:1")
-	return tarball.WriteToFile(out, tag, img)
 }
 
 // median is the figure quoted (bench/internal/stats).
