@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		return errors.New("the machine has no image")
 	}
 	if _, err := os.Stat(spec.Image.Disk); err != nil {
+		if spec.Pack != "" {
+			return fmt.Errorf("the files it shares with its pack (%s) are gone: create the machine again from the pack", filepath.Dir(spec.Image.Disk))
+		}
 		if spec.Image.Ref == BuiltinRoot {
 			return fmt.Errorf("its root, smol's busybox image %s, is no longer cached, and this smol's may differ: create the machine again", spec.Image.Digest)
 		}

@@ -229,6 +229,19 @@ func TestPackReproducibleAndBadInput(t *testing.T) {
 		}
 	}
 
+	// One file: the pack inside its stub, which alone makes the machine.
+	single := filepath.Join(t.TempDir(), "single")
+	mustSmol(t, home, "pack", "create", "--image", img, "-o", single, "--single-file", "-e", "K=V")
+	if _, err := os.Stat(single + ".smolmachine"); err == nil {
+		t.Error("--single-file wrote a sidecar")
+	}
+	if out := mustStub(t, home, single, "verify"); !strings.Contains(out, "ok") {
+		t.Errorf("./single verify: %q", out)
+	}
+	mustSmol(t, home, "machine", "create", "one", "--from", single)
+	mustSmol(t, home, "machine", "rm", "one")
+	os.RemoveAll(filepath.Join(home, "packs"))
+
 	// A stub whose sidecar is another pack's.
 	other := filepath.Join(dir, "other")
 	mustSmol(t, home, "pack", "create", "--image", img, "-o", other, "--cpus", "2")
