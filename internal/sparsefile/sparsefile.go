@@ -14,10 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Extenter is a source that knows its own data extents (a layered disk).
+type Extenter interface {
+	DataExtents(from, to int64, fn func(start, end int64) error) error
+}
+
 // DataExtents calls fn for each run of [from, to) of src that may hold
 // data: for a regular file, its data extents (SEEK_DATA, SEEK_HOLE), so
-// holes are skipped without being read; otherwise all of it.
+// holes are skipped without being read; for an Extenter, its own;
+// otherwise all of it.
 func DataExtents(src io.ReaderAt, from, to int64, fn func(start, end int64) error) error {
+	if e, ok := src.(Extenter); ok {
+		return e.DataExtents(from, to, fn)
+	}
 	f, ok := src.(*os.File)
 	if !ok {
 		return fn(from, to)

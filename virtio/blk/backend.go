@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +63,7 @@ type Disk struct {
 	sectors  uint64
 	serial   string
 	blockDev bool
+	cow      *overlay // a copy-on-write layer (overlay.go); nil for a raw image
 }
 
 // Open opens the image at path and takes an advisory lock on it (flock):
@@ -69,6 +71,18 @@ type Disk struct {
 // disk and nobody reads a disk another VM is writing. A conflicting lock
 // fails at once with an *InUseError (errors.Is(err, ErrDiskInUse)).
 func Open(path string, readOnly bool) (*Disk, error) {
+	return open(path, readOnly, true, 0)
+}
+
+// OpenView opens the disk at path read-only without taking its lock: a
+// view for copying a disk whose VM is paused and has flushed it (a pack
+// of a running machine), or is stopped. A layer's view reads through its
+// bases.
+func OpenView(path string) (*Disk, error) { return open(path, true, false, 0) }
+
+// open opens the image at path, a layer depth layers above the disk's
+// top.
+func open(path string, readOnly, lock bool, depth int) (*Disk, error) {
 	// Stat before open: opening a FIFO would block and opening a
 	// directory read-write fails with a less helpful message.
 	fi, err := os.Stat(path)
@@ -87,15 +101,23 @@ func Open(path string, readOnly bool) (*Disk, error) {
 	if err != nil {
 		return nil, describeOpenError(path, err)
 	}
-	d, err := newDisk(f, path, readOnly)
+	d, err := newDisk(f, path, readOnly, lock)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	if strings.HasSuffix(path, OverlaySuffix) && !d.blockDev {
+		cow, size, err := openOverlay(f, path, readOnly, lock, depth)
+		if err != nil {
+			f.Close()
+			return nil, &diskError{path, err.Error(), err}
+		}
+		d.cow, d.sectors = cow, uint64(size)/SectorSize
+	}
 	return d, nil
 }
 
-func newDisk(f *os.File, path string, readOnly bool) (*Disk, error) {
+func newDisk(f *os.File, path string, readOnly, lock bool) (*Disk, error) {
 	// The path may have been replaced between Stat and open: check what
 	// was really opened.
 	fi, err := f.Stat()
@@ -112,8 +134,10 @@ func newDisk(f *os.File, path string, readOnly bool) (*Disk, error) {
 	d := &Disk{file: f, raw: raw, path: path, readOnly: readOnly,
 		blockDev: fi.Mode()&fs.ModeDevice != 0}
 
-	if err := d.lock(); err != nil {
-		return nil, err
+	if lock {
+		if err := d.lock(); err != nil {
+			return nil, err
+		}
 	}
 	// Seek gives the size of block devices too (their Stat size is 0).
 	size, err := f.Seek(0, io.SeekEnd)
@@ -213,6 +237,12 @@ func (d *Disk) Serial() string { return d.serial }
 // Close releases the lock and the file. It waits for I/O already running on
 // the file; later I/O fails.
 func (d *Disk) Close() error {
+	if d.cow != nil {
+		if !d.readOnly {
+			d.flushOverlay() // the bitmap of what it holds
+		}
+		d.cow.base.Close()
+	}
 	if err := d.file.Close(); err != nil {
 		return fmt.Errorf("close disk %s: %w", d.path, err)
 	}
@@ -237,6 +267,9 @@ const iovMax = 1024
 // an error (io.ErrUnexpectedEOF), since callers check ranges first and a
 // short file means it shrank under the VM.
 func (d *Disk) ReadAt(bufs [][]byte, off int64) (int, error) {
+	if d.cow != nil {
+		return d.readOverlay(bufs, off)
+	}
 	return d.vectored(bufs, off, unix.Preadv, io.ErrUnexpectedEOF)
 }
 
@@ -244,6 +277,9 @@ func (d *Disk) ReadAt(bufs [][]byte, off int64) (int, error) {
 func (d *Disk) WriteAt(bufs [][]byte, off int64) (int, error) {
 	if d.readOnly {
 		return 0, fmt.Errorf("disk %s: write to a read-only disk", d.path)
+	}
+	if d.cow != nil {
+		return d.writeOverlay(bufs, off)
 	}
 	return d.vectored(bufs, off, unix.Pwritev, io.ErrShortWrite)
 }
@@ -301,19 +337,29 @@ func advance(bufs [][]byte, n int) [][]byte {
 	return bufs
 }
 
-// Flush commits written data to stable storage (fdatasync).
+// Flush commits written data to stable storage (fdatasync); a layer's
+// bitmap follows its data.
 func (d *Disk) Flush() error {
-	err := d.withFD(func(fd int) error {
+	var err error
+	if d.cow != nil {
+		err = d.flushOverlay()
+	} else {
+		err = d.fdatasync()
+	}
+	if err != nil {
+		return fmt.Errorf("flush disk %s: %w", d.path, err)
+	}
+	return nil
+}
+
+func (d *Disk) fdatasync() error {
+	return d.withFD(func(fd int) error {
 		for {
 			if err := unix.Fdatasync(fd); err != unix.EINTR {
 				return err
 			}
 		}
 	})
-	if err != nil {
-		return fmt.Errorf("flush disk %s: %w", d.path, err)
-	}
-	return nil
 }
 
 // Discard gives [off, off+length) back to the host by punching a hole;
@@ -322,6 +368,9 @@ func (d *Disk) Flush() error {
 func (d *Disk) Discard(off, length int64) error {
 	if d.readOnly {
 		return fmt.Errorf("disk %s: discard on a read-only disk", d.path)
+	}
+	if d.cow != nil {
+		return wrapZeroes(d, off, length, d.zeroOverlay(off, length, true))
 	}
 	err := d.fallocate(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 	if err != nil && !unsupported(err) {
@@ -338,20 +387,28 @@ func (d *Disk) WriteZeroes(off, length int64, unmap bool) error {
 	if d.readOnly {
 		return fmt.Errorf("disk %s: write zeroes on a read-only disk", d.path)
 	}
+	if d.cow != nil {
+		return wrapZeroes(d, off, length, d.zeroOverlay(off, length, unmap))
+	}
+	return wrapZeroes(d, off, length, d.zeroRange(off, length, unmap))
+}
+
+// zeroRange zeroes [off, off+length) of the file.
+func (d *Disk) zeroRange(off, length int64, unmap bool) error {
 	if length == 0 {
 		return nil
 	}
 	if unmap {
 		err := d.fallocate(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 		if err == nil || !unsupported(err) {
-			return wrapZeroes(d, off, length, err)
+			return err
 		}
 	}
 	err := d.fallocate(unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 	if err == nil || !unsupported(err) {
-		return wrapZeroes(d, off, length, err)
+		return err
 	}
-	return wrapZeroes(d, off, length, d.writeZeroBytes(off, length))
+	return d.writeZeroBytes(off, length)
 }
 
 func wrapZeroes(d *Disk, off, length int64, err error) error {
