@@ -50,7 +50,7 @@ const (
 	cowHeaderHead = 32
 	// maxChain bounds the layers under one disk: deeper, a fork copies
 	// (Chain reports it) instead of stacking another layer.
-	maxChain = 16
+	maxChain   = 16
 	maxCowSize = 1 << 44
 )
 

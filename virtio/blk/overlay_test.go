@@ -92,7 +92,7 @@ func TestOverlayReadsThroughAndCopiesUp(t *testing.T) {
 	m.check("fresh")
 	m.write(1000, []byte("hello, layer"))
 	m.write(cowCluster-5, bytes.Repeat([]byte{7}, 3*cowCluster+10)) // partial, whole, whole, whole, partial
-	m.write(int64(size)-700, bytes.Repeat([]byte{9}, 700))           // the partial last cluster
+	m.write(int64(size)-700, bytes.Repeat([]byte{9}, 700))          // the partial last cluster
 	m.zero(5*cowCluster+100, 2*cowCluster, false)
 	m.zero(9*cowCluster, cowCluster+512, true)
 	m.check("after writes")
