@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/internal/sparsefile"
 	"github.com/smolvm/smol/machine"
+	"github.com/smolvm/smol/virtio/blk"
 	"github.com/smolvm/smol/vmm"
 )
 
@@ -202,6 +204,9 @@ func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 		}
 		children = append(children, c)
 	}
+	if err := b.forkStorage(children); err != nil {
+		return err
+	}
 	if !req.Template {
 		release() // the parent runs on while its children start
 		released = true
@@ -245,13 +250,108 @@ func (b *machineBackend) createChild(name string) (*NamedMachine, error) {
 	return child, nil
 }
 
-// cloneDisks gives child copy-on-write clones of the parent's storage and
-// writable extra disks, where its record says they are.
+// storageDisk is the writable layer's place among the VM's disks (after
+// the image's root).
+const storageDisk = 1
+
+// forkStorage gives every child its own copy-on-write writable layer,
+// while the parent is paused: a clone of the parent's (FICLONE) where the
+// filesystem has them; else the parent's layer is frozen into a base that
+// the parent and each child then write over in layers of their own (no
+// data copied), the bases hard-linked into every machine directory that
+// needs them, so each lives as long as a layer above it. Past
+// blk.MaxChain layers (a parent forked that many times) a child gets a
+// copy of the data instead.
+func (b *machineBackend) forkStorage(children []*NamedMachine) error {
+	if err := b.m.vm.FlushDisks(); err != nil {
+		return err
+	}
+	parent := b.store.StoragePath(b.spec.Name)
+	if !strings.HasSuffix(parent, blk.OverlaySuffix) {
+		err := sparsefile.Reflink(parent, b.store.Path(children[0].Name(), machine.StorageFile))
+		if err == nil {
+			for _, c := range children[1:] {
+				if err := sparsefile.Reflink(parent, b.store.Path(c.Name(), machine.StorageFile)); err != nil {
+					return fmt.Errorf("storage of %s: %w", c.Name(), err)
+				}
+			}
+			return nil
+		}
+		if !errors.Is(err, sparsefile.ErrNoReflink) {
+			return fmt.Errorf("storage of %s: %w", children[0].Name(), err)
+		}
+	}
+	if b.m.vm.DiskDepth(storageDisk) >= blk.MaxChain {
+		for _, c := range children {
+			if err := copyDisk(parent, b.store.Path(c.Name(), machine.StorageFile)); err != nil {
+				return fmt.Errorf("storage of %s: %w", c.Name(), err)
+			}
+		}
+		return nil
+	}
+	stem := make([]byte, 8)
+	rand.Read(stem)
+	layer, base, err := b.m.vm.FreezeDisk(storageDisk, "storage.base-"+hex.EncodeToString(stem))
+	if err != nil {
+		return fmt.Errorf("freezing the writable layer: %w", err)
+	}
+	chain, err := blk.Chain(layer)
+	if err != nil {
+		return err
+	}
+	size := int64(b.m.vm.DiskSectors(storageDisk)) * blk.SectorSize
+	for _, c := range children {
+		for _, f := range chain {
+			if err := os.Link(b.store.Path(b.spec.Name, f), b.store.Path(c.Name(), f)); err != nil {
+				return fmt.Errorf("storage of %s: %w", c.Name(), err)
+			}
+		}
+		if err := blk.CreateOverlay(b.store.Path(c.Name(), machine.StorageLayer), base, size); err != nil {
+			return fmt.Errorf("storage of %s: %w", c.Name(), err)
+		}
+	}
+	return nil
+}
+
+// copyDisk writes the disk at src (a raw image or a layer, read through
+// its bases) to the new raw image dst: a clone where the filesystem can,
+// else its data.
+func copyDisk(src, dst string) error {
+	if !strings.HasSuffix(src, blk.OverlaySuffix) {
+		_, err := sparsefile.Clone(src, dst)
+		return err
+	}
+	d, err := blk.OpenView(src)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	v := d.View()
+	err = sparsefile.Copy(f, v, 0, 0, v.Size())
+	if err == nil {
+		err = f.Truncate(v.Size())
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+	}
+	return err
+}
+
+// cloneDisks gives child copy-on-write clones of the parent's writable
+// extra disks, where its record says they are (the writable layer is
+// forkStorage's).
 func (b *machineBackend) cloneDisks(child *NamedMachine) error {
 	name := child.spec.Name
-	if _, err := sparsefile.Clone(b.store.Path(b.spec.Name, machine.StorageFile), b.store.Path(name, machine.StorageFile)); err != nil {
-		return fmt.Errorf("storage of %s: %w", name, err)
-	}
 	for i, d := range b.spec.Disks {
 		if d.ReadOnly {
 			continue

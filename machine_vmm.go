@@ -79,7 +79,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		}
 		return fmt.Errorf("its image %s (%s) is no longer cached: pull it again (smol pull %s)", spec.Image.Ref, spec.Image.Digest, spec.Image.Ref)
 	}
-	storage := st.Path(name, machine.StorageFile)
+	storage := st.StoragePath(name)
 	if err := ensureStorage(storage, spec.Storage); err != nil {
 		return fmt.Errorf("storage disk: %w", err)
 	}

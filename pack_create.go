@@ -14,10 +14,10 @@ import (
 
 	"github.com/smolvm/smol/imagefs"
 	"github.com/smolvm/smol/internal/atomicfile"
-	"github.com/smolvm/smol/internal/sparsefile"
 	"github.com/smolvm/smol/internal/units"
 	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/pack"
+	"github.com/smolvm/smol/virtio/blk"
 )
 
 // PackConfig describes a pack to make (smol pack create): an image or a
@@ -178,21 +178,35 @@ func packRunner(runner string) (string, error) {
 	return runner, nil
 }
 
-// addFile adds the file at path as a section.
+// addFile adds the file at path as a section: a disk (the root, the
+// writable layer) as the guest sees it, a layer read through its bases.
 func addFile(w *pack.Writer, section, path string, progress io.Writer) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("%s: %w", section, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	var src io.ReaderAt
+	var size int64
+	if section == pack.Root || section == pack.Storage {
+		d, err := blk.OpenView(path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", section, err)
+		}
+		defer d.Close()
+		v := d.View()
+		src, size = v, v.Size()
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", section, err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		src, size = f, fi.Size()
 	}
 	if progress != nil {
-		fmt.Fprintf(progress, "packing %s (%s)\n", section, units.FormatSize(fi.Size()))
+		fmt.Fprintf(progress, "packing %s (%s)\n", section, units.FormatSize(size))
 	}
-	return w.Add(section, f, fi.Size())
+	return w.Add(section, src, size)
 }
 
 // packInput is what a pack is made of.
@@ -334,7 +348,7 @@ func (m *NamedMachine) packInto(ctx context.Context, in *packInput, live bool) e
 		return fmt.Errorf("machine %s: its root %s: %w", name, m.spec.Image.Disk, err)
 	}
 	in.add(pack.Root, m.spec.Image.Disk)
-	storage := m.store.Path(name, machine.StorageFile)
+	storage := m.store.StoragePath(name)
 	if !live {
 		in.manifest.Created = modTime(storage, m.spec.Created)
 		if _, err := os.Stat(storage); err == nil { // a machine never started has none yet
@@ -358,7 +372,7 @@ func (m *NamedMachine) packInto(ctx context.Context, in *packInput, live bool) e
 	state := filepath.Join(tmp, "live")
 	err = m.client().Snapshot(ctx, machine.SnapshotRequest{Path: state, WithoutDisks: true})
 	if err == nil {
-		_, err = sparsefile.Clone(storage, filepath.Join(tmp, "storage"))
+		err = copyDisk(storage, filepath.Join(tmp, "storage"))
 	}
 	if !wasPaused {
 		if rerr := m.Resume(ctx); err == nil {

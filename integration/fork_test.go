@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smolvm/smol/internal/sparsefile"
 )
 
 // Snapshot, restore and fork of named machines, through the CLI, with
@@ -255,6 +257,27 @@ func (r *forkRun) scenario() {
 		t.Errorf("grandchild %q reads %q", gc, out)
 	}
 
+	// Where the filesystem cannot clone files, the children's writable
+	// layers are copy-on-write layers over the parent's frozen one, which
+	// survive a cold start.
+	if !canReflink(t, home) {
+		for _, name := range []string{children[0], gc} {
+			if _, err := os.Stat(filepath.Join(home, "machines", name, "storage.smolcow")); err != nil {
+				t.Errorf("%s has no copy-on-write layer on a filesystem without FICLONE: %v", name, err)
+			}
+		}
+	}
+	for _, step := range [][]string{{"stop", children[1]}, {"start", children[1]}} {
+		if _, ok := r.must(step...); !ok {
+			return
+		}
+	}
+	if out, ok := r.must("exec", children[1], "--", "cat", "/root/mine", "/root/stream.sum"); !ok {
+		return
+	} else if out != children[1]+"\n"+streamSum()+"\n" {
+		t.Errorf("%s after a cold start reads %q", children[1], out)
+	}
+
 	// Removing the children leaves no VMM process of theirs behind.
 	pids := map[string]int{}
 	for _, name := range append(children, gc) {
@@ -421,4 +444,13 @@ func TestMachineSnapshotBadInput(t *testing.T) {
 	if out := mustMachine(t, home, "exec", "bad", "--", "echo", "alive"); out != "alive\n" {
 		t.Errorf("the machine after the refusals: %q", out)
 	}
+}
+
+// canReflink tells whether dir's filesystem clones files (FICLONE).
+func canReflink(t *testing.T, dir string) bool {
+	src := filepath.Join(dir, ".reflink-probe")
+	os.WriteFile(src, []byte("probe"), 0o600)
+	defer os.Remove(src)
+	defer os.Remove(src + ".clone")
+	return sparsefile.Reflink(src, src+".clone") == nil
 }

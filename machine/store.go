@@ -37,9 +37,13 @@ const (
 	ControlSock = "control.sock"
 	VsockSock   = "vsock.sock"
 	StorageFile = "storage.ext4"
-	ConsoleLog  = "console.log"
-	VMMLog      = "vmm.log"
-	EgressLog   = "egress.log"
+	// StorageLayer is the writable layer once it is a copy-on-write
+	// layer over bases beside it (a fork on a filesystem without
+	// FICLONE; package blk's .smolcow files).
+	StorageLayer = "storage.smolcow"
+	ConsoleLog   = "console.log"
+	VMMLog       = "vmm.log"
+	EgressLog    = "egress.log"
 )
 
 // OpenStore opens (creating) <home>/machines, private to the user.
@@ -223,4 +227,18 @@ func noSpace(err error) error {
 		return errors.New("no space left on device under SMOL_HOME")
 	}
 	return err
+}
+
+// StoragePath is the machine's writable layer: its copy-on-write layer
+// when it has one, else its raw image (which may not exist yet).
+func (s *Store) StoragePath(name string) string {
+	if p := s.Path(name, StorageLayer); fileExists(p) {
+		return p
+	}
+	return s.Path(name, StorageFile)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -94,22 +94,26 @@ func (m *Machine) Snapshot(path string, opts SnapshotOptions) error {
 	if !m.Paused() {
 		return ErrNotPaused
 	}
+	// Whatever the guest wrote is in the disk files (a layer's bitmap
+	// too), for this snapshot's disk regions and for a caller copying a
+	// disk beside us while the machine stays paused.
+	if err := m.FlushDisks(); err != nil {
+		return err
+	}
 	w, err := m.stateWriter(path, opts.Sections)
 	if err != nil {
 		return err
 	}
 	if opts.Disks {
-		for i, d := range m.spec.Disks {
-			f, err := os.Open(d.Path)
-			if err != nil {
-				return fmt.Errorf("snapshot of disk %d: %w", i, err)
+		for i := range m.spec.Disks {
+			d := m.blkDisk(i)
+			if d == nil {
+				return fmt.Errorf("snapshot of disk %d: no such disk", i)
 			}
-			defer f.Close()
-			fi, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			if err := w.Region(diskRegion(i), f, fi.Size()); err != nil {
+			// Through the disk, not its file: a layer reads through its
+			// bases.
+			v := d.View()
+			if err := w.Region(diskRegion(i), v, v.Size()); err != nil {
 				return err
 			}
 		}

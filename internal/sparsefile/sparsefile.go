@@ -95,6 +95,21 @@ func Zero(b []byte) bool {
 // sparse copy of its data. It reports which it made, and leaves no dst
 // behind on failure.
 func Clone(src, dst string) (reflinked bool, err error) {
+	return clone(src, dst, true)
+}
+
+// ErrNoReflink: the filesystem cannot clone files (FICLONE).
+var ErrNoReflink = errors.New("the filesystem cannot clone files")
+
+// Reflink makes dst (which must not exist) a copy-on-write clone of src,
+// or fails with ErrNoReflink (leaving no dst) where the filesystem has
+// none.
+func Reflink(src, dst string) error {
+	_, err := clone(src, dst, false)
+	return err
+}
+
+func clone(src, dst string, orCopy bool) (reflinked bool, err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return false, err
@@ -118,6 +133,9 @@ func Clone(src, dst string) (reflinked bool, err error) {
 	}()
 	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
 		return true, nil
+	}
+	if !orCopy {
+		return false, ErrNoReflink
 	}
 	if err := Copy(out, in, 0, 0, fi.Size()); err != nil {
 		return false, fmt.Errorf("copy %s: %w", src, err)
