@@ -64,7 +64,7 @@ type file struct {
 	fd   int // O_PATH, of the file itself
 
 	mu      sync.Mutex
-	io      *os.File   // after Open
+	io      *os.File    // after Open
 	entries []p9.Dirent // a directory's listing, read at its first Readdir
 }
 

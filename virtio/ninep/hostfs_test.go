@@ -215,4 +215,3 @@ func TestTreeListsManyFiles(t *testing.T) {
 		}
 	}
 }
-
