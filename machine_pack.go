@@ -131,8 +131,8 @@ func createFromPack(st *machine.Store, c MachineConfig) (_ *NamedMachine, err er
 	pm := r.Manifest.Machine
 	_, live := r.Manifest.Section(pack.Live)
 	storage, hasStorage := r.Manifest.Section(pack.Storage)
-	if live && ((c.CPUs != 0 && c.CPUs != pm.CPUs) || (c.Memory != 0 && c.Memory != pm.Memory) || c.Net != nil || len(c.Disks) > 0) {
-		return nil, fmt.Errorf("%s holds a live machine of %d vCPUs and %s: its shape, network and disks cannot change", c.From, pm.CPUs, units.FormatSize(int64(pm.Memory)))
+	if live && ((c.CPUs != 0 && c.CPUs != pm.CPUs) || (c.Memory != 0 && c.Memory != pm.Memory) || c.Net != nil || len(c.Disks) > 0 || len(c.Volumes) > 0) {
+		return nil, fmt.Errorf("%s holds a live machine of %d vCPUs and %s: its shape, network, disks and volumes cannot change", c.From, pm.CPUs, units.FormatSize(int64(pm.Memory)))
 	}
 	if hasStorage && c.Storage != 0 && c.Storage != storage.Size {
 		return nil, fmt.Errorf("%s holds a writable layer of %s: --storage cannot change it", c.From, units.FormatSize(storage.Size))

@@ -49,6 +49,9 @@ func (m *NamedMachine) Snapshot(ctx context.Context, path string, leaveRunning b
 // mustRun refuses an operation on a machine that is not running or
 // paused.
 func (m *NamedMachine) mustRun(what string) error {
+	if len(m.spec.Volumes) > 0 {
+		return fmt.Errorf("machine %s has host directories (-v): it cannot %s (the files its guest has open in them are its VMM's)", m.spec.Name, what)
+	}
 	st, err := m.store.Status(m.spec.Name)
 	if err != nil {
 		return err

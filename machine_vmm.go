@@ -115,6 +115,9 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	for _, d := range spec.Disks {
 		cfg.Disks = append(cfg.Disks, Disk{Path: d.Path, ReadOnly: d.ReadOnly})
 	}
+	for _, v := range spec.Volumes {
+		cfg.Volumes = append(cfg.Volumes, Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly})
+	}
 	if n := spec.Net; n != nil {
 		cfg.Net = &Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
 		egress, err := machine.OpenLog(st.Path(name, machine.EgressLog))

@@ -36,6 +36,10 @@ type MachineConfig struct {
 	Memory  uint64 // 0 means DefaultMemory
 	Storage int64  // bytes of the persistent writable layer; 0 means DefaultStorage
 	Disks   []Disk // extra disks
+	// Volumes are host directories mounted in the guest at every start
+	// (checked at create and at start). A machine with volumes cannot be
+	// snapshotted, forked or packed.
+	Volumes []Volume
 
 	// Defaults for every exec, over the image's.
 	Env     []string
@@ -134,6 +138,13 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 			return nil, errors.New("a machine's network is smol's gateway: it takes no TAP or MAC")
 		}
 		spec.Net = &machine.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
+	}
+	vols, err := checkVolumes(c.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vols {
+		spec.Volumes = append(spec.Volumes, machine.Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly})
 	}
 	for _, d := range c.Disks {
 		p, err := filepath.Abs(d.Path)

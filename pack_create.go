@@ -344,6 +344,9 @@ func (m *NamedMachine) packInto(ctx context.Context, in *packInput, live bool) e
 	if !running && live {
 		return fmt.Errorf("machine %s is %s: --live packs a running machine", name, st.State)
 	}
+	if len(m.spec.Volumes) > 0 {
+		return fmt.Errorf("machine %s has host directories (-v): a pack cannot carry them", name)
+	}
 	if len(m.spec.Disks) > 0 {
 		return fmt.Errorf("machine %s has %d extra disks (--disk): a pack carries a machine's root and writable layer only", name, len(m.spec.Disks))
 	}

@@ -57,6 +57,9 @@ type Config struct {
 	ConsoleInput io.Reader // typed into the guest's serial port; may be nil
 
 	Disks []Disk // virtio block devices: /dev/vda, /dev/vdb, ...
+	// Volumes are host directories the guest's agent mounts (RunCommand
+	// and machines; a bare boot gets the devices, tagged smol0, smol1, ...).
+	Volumes []Volume
 	Net   *Net   // optional network: smol's userspace gateway, or a host TAP
 	Vsock *Vsock // optional host<->guest sockets
 	// EgressLog receives the gateway's egress log, one JSON line per flow
@@ -101,6 +104,11 @@ type Machine struct {
 
 // Start boots a VM and returns once its vCPUs run.
 func Start(cfg Config) (*Machine, error) {
+	vols, err := checkVolumes(cfg.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Volumes = vols
 	if cfg.Kernel == "" {
 		k, err := DefaultKernel()
 		if err != nil {
@@ -139,6 +147,10 @@ func (cfg Config) vmmConfig() vmm.Config {
 		// gateway's link.
 		cmdline += fmt.Sprintf(" smol.net=%s/%d,%s", gateway.GuestIP, gateway.Subnet.Bits(), gateway.GatewayIP)
 	}
+	shares, mounts := volumeDevices(cfg.Volumes)
+	if mounts != "" {
+		cmdline += " " + mounts
+	}
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
@@ -153,6 +165,7 @@ func (cfg Config) vmmConfig() vmm.Config {
 		EgressLog:    cfg.EgressLog,
 		Devices: vmm.Devices{
 			Disks:   cfg.Disks,
+			Shares:  shares,
 			Net:     cfg.Net,
 			Vsock:   cfg.Vsock,
 			Entropy: !cfg.NoEntropy,

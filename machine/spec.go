@@ -27,6 +27,8 @@ type Spec struct {
 
 	Image *Image `json:"image,omitempty"` // nil: smol's busybox root
 	Disks []Disk `json:"disks,omitempty"` // extra disks after the root and storage
+	// Volumes are host directories mounted in the guest (-v).
+	Volumes []Volume `json:"volumes,omitempty"`
 
 	// Defaults of every exec, over the image's own.
 	Env     []string `json:"env,omitempty"`
@@ -90,6 +92,13 @@ type Image struct {
 	Digest string         `json:"digest"`
 	Disk   string         `json:"disk"`   // the cached ext4 image
 	Config imagefs.Config `json:"config"` // what an exec takes from the image`
+}
+
+// Volume is a host directory the guest mounts at Guest.
+type Volume struct {
+	Host     string `json:"host"`
+	Guest    string `json:"guest"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // Disk is an extra raw disk.

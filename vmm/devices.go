@@ -12,6 +12,7 @@ import (
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/virtio/blk"
+	"github.com/smolvm/smol/virtio/ninep"
 	vnet "github.com/smolvm/smol/virtio/net"
 	"github.com/smolvm/smol/virtio/rng"
 	"github.com/smolvm/smol/virtio/vsock"
@@ -26,6 +27,9 @@ import (
 // are always there and need no description.
 type Devices struct {
 	Disks []Disk `json:"disks,omitempty"` // /dev/vda, /dev/vdb, ... in order
+	// Shares are host directories the guest mounts by their tags
+	// (virtio-9p, package virtio/ninep).
+	Shares []Share `json:"shares,omitempty"`
 	Net   *Net   `json:"net,omitempty"`
 	Vsock *Vsock `json:"vsock,omitempty"`
 	// Entropy adds a virtio-rng device: without one a guest kernel can
@@ -43,6 +47,16 @@ type Disk struct {
 	// Serial is what the guest reads as the disk's ID (at most 20 ASCII
 	// characters); empty means one derived from the file.
 	Serial string `json:"serial,omitempty"`
+}
+
+// Share is a host directory served to the guest (virtio-9p): the guest
+// mounts it with `mount -t 9p -o trans=virtio,version=9p2000.L TAG DIR`.
+// Nothing outside Path is reachable from it; ReadOnly is enforced on the
+// host.
+type Share struct {
+	Path     string `json:"path"`
+	Tag      string `json:"tag"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // Vsock gives the guest a virtio-vsock device whose host side is Unix
@@ -123,6 +137,13 @@ func openVirtio(spec Devices, mem *memory.Guest, egressLog io.Writer) (devs []vi
 			return devs, spec, err
 		}
 		resolved.Disks[i].Serial = dev.Serial()
+		devs = append(devs, dev)
+	}
+	for _, s := range spec.Shares {
+		dev, err := ninep.New(s.Path, s.Tag, s.ReadOnly)
+		if err != nil {
+			return devs, spec, fmt.Errorf("shared directory %s: %w", s.Path, err)
+		}
 		devs = append(devs, dev)
 	}
 	if spec.Net != nil {
@@ -282,6 +303,8 @@ func identityOf(dev virtio.Device) string {
 		return net.HardwareAddr(mac[:]).String()
 	case *vsock.Device:
 		return fmt.Sprintf("cid %d", d.CID())
+	case *ninep.Device:
+		return "tag " + d.Tag()
 	}
 	return ""
 }
@@ -299,6 +322,8 @@ func kindOf(dev virtio.Device) string {
 		return "rng"
 	case virtio.IDBalloon:
 		return "balloon"
+	case ninep.ID:
+		return "9p"
 	}
 	return fmt.Sprintf("virtio-%d", dev.ID())
 }

@@ -17,6 +17,9 @@ func (m *Machine) Fork(cfg Config) (*Machine, error) {
 	if !m.Paused() {
 		return nil, ErrNotPaused
 	}
+	if err := m.savable(); err != nil {
+		return nil, err
+	}
 	vcpus, vm, err := m.CPUState()
 	if err != nil {
 		return nil, err

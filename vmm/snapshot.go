@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -94,6 +95,9 @@ func (m *Machine) Snapshot(path string, opts SnapshotOptions) error {
 	if !m.Paused() {
 		return ErrNotPaused
 	}
+	if err := m.savable(); err != nil {
+		return err
+	}
 	// Whatever the guest wrote is in the disk files (a layer's bitmap
 	// too), for this snapshot's disk regions and for a caller copying a
 	// disk beside us while the machine stays paused.
@@ -183,6 +187,9 @@ func (m *Machine) ForkState(path string, extra []Section) (*os.File, error) {
 	if !m.Paused() {
 		return nil, ErrNotPaused
 	}
+	if err := m.savable(); err != nil {
+		return nil, err
+	}
 	w, err := m.stateWriter(path, extra)
 	if err != nil {
 		return nil, err
@@ -234,4 +241,16 @@ func cpuVendor(s VCPUState) string {
 		}
 	}
 	return ""
+}
+
+// ErrSharesNotSavable refuses a snapshot or fork of a machine with host
+// directories: the files its guest has open in them are this VMM's
+// descriptors, which no file or other process can take over.
+var ErrSharesNotSavable = errors.New("a machine with host directories (-v) cannot be snapshotted, forked or packed live")
+
+func (m *Machine) savable() error {
+	if len(m.spec.Shares) > 0 {
+		return ErrSharesNotSavable
+	}
+	return nil
 }

@@ -148,6 +148,7 @@ func machineCreate(args []string) error {
 	mem := fs.String("mem", "8G", "guest memory (taken from the host only as the guest uses it)")
 	storage := fs.String("storage", "20G", "size of the writable layer that persists (a sparse file)")
 	disks := fs.StringArray("disk", nil, "extra raw disk, PATH or PATH:ro; repeatable")
+	volumes := fs.StringArrayP("volume", "v", nil, "share the host directory HOST at GUEST in every start: HOST:GUEST[:ro]; repeatable")
 	env := fs.StringArrayP("env", "e", nil, "KEY=VALUE for every exec (KEY alone: the host's value); repeatable")
 	workdir := fs.StringP("workdir", "w", "", "every exec's working directory (default: the image's WORKDIR)")
 	user := fs.StringP("user", "u", "", "run execs as USER[:GROUP] (default: the image's USER)")
@@ -172,6 +173,9 @@ func machineCreate(args []string) error {
 		return err
 	}
 	if c.Net, err = network.config(); err != nil {
+		return err
+	}
+	if c.Volumes, err = parseVolumes(*volumes); err != nil {
 		return err
 	}
 	st, err := smol.ParseSize(*storage)

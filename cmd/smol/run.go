@@ -25,6 +25,7 @@ func runCommand(args []string) (int, error) {
 	cpus := fs.Int("cpus", smol.DefaultCPUs, "number of vCPUs")
 	mem := fs.String("mem", "8G", "guest memory (K, M, G suffixes; taken from the host only as the guest uses it)")
 	disks := fs.StringArray("disk", nil, "raw disk image as a virtio block device, PATH or PATH:ro; repeatable, the first is /dev/vda")
+	volumes := fs.StringArrayP("volume", "v", nil, "share the host directory HOST with the guest at GUEST: HOST:GUEST[:ro] (virtio-9p; confined to HOST); repeatable")
 	network := addNetFlags(fs)
 	egressLog := fs.String("egress-log", "", "append the network gateway's egress log (one JSON line per flow and denied name) to FILE, kept under 2 MiB")
 	netTAP := fs.String("net-tap", "", "give the guest a network device on host TAP interface NAME (created if needed; needs CAP_NET_ADMIN)")
@@ -84,6 +85,9 @@ func runCommand(args []string) (int, error) {
 		cfg.Disks = append(cfg.Disks, disk)
 	}
 	if cfg.Net, err = network.config(); err != nil {
+		return 0, err
+	}
+	if cfg.Volumes, err = parseVolumes(*volumes); err != nil {
 		return 0, err
 	}
 	switch {
@@ -229,4 +233,17 @@ func checkShape(cpus int, mem uint64) error {
 		return usageError{fmt.Sprintf("--mem %d bytes: want a multiple of 4 KiB", mem)}
 	}
 	return nil
+}
+
+// parseVolumes reads -v values.
+func parseVolumes(values []string) ([]smol.Volume, error) {
+	var vols []smol.Volume
+	for _, s := range values {
+		v, err := smol.ParseVolume(s)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		vols = append(vols, v)
+	}
+	return vols, nil
 }

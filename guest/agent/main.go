@@ -11,7 +11,8 @@
 // smol.upper=DEVICE names an ext4 disk that holds the root's writable
 // layer (a persistent machine's); without it writes go to memory.
 // smol.net=ADDRESS/PREFIX,GATEWAY configures the network interface for
-// smol's userspace gateway (net.go).
+// smol's userspace gateway (net.go). smol.shares=TAG:PATH[:ro],... mounts
+// the host's shared directories (virtio-9p) at their paths (shares.go).
 package main
 
 import (
@@ -36,6 +37,9 @@ func main() {
 	}
 	if err := pid1.MountAll("", runtimeMounts); err != nil {
 		fatal(err)
+	}
+	if err := mountShares(cmdlineValue("smol.shares")); err != nil {
+		fatal(err) // a command must not run without the directories it was given
 	}
 	linkDevices()
 	if err := configureNetwork(); err != nil {
