@@ -60,8 +60,8 @@ type Config struct {
 	// Volumes are host directories the guest's agent mounts (RunCommand
 	// and machines; a bare boot gets the devices, tagged smol0, smol1, ...).
 	Volumes []Volume
-	Net   *Net   // optional network: smol's userspace gateway, or a host TAP
-	Vsock *Vsock // optional host<->guest sockets
+	Net     *Net   // optional network: smol's userspace gateway, or a host TAP
+	Vsock   *Vsock // optional host<->guest sockets
 	// EgressLog receives the gateway's egress log, one JSON line per flow
 	// and per denied name (gateway.Event); nil discards it.
 	EgressLog io.Writer

@@ -12,8 +12,8 @@ import (
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/virtio/blk"
-	"github.com/smolvm/smol/virtio/ninep"
 	vnet "github.com/smolvm/smol/virtio/net"
+	"github.com/smolvm/smol/virtio/ninep"
 	"github.com/smolvm/smol/virtio/rng"
 	"github.com/smolvm/smol/virtio/vsock"
 	"github.com/smolvm/smol/vmm/memory"
@@ -30,8 +30,8 @@ type Devices struct {
 	// Shares are host directories the guest mounts by their tags
 	// (virtio-9p, package virtio/ninep).
 	Shares []Share `json:"shares,omitempty"`
-	Net   *Net   `json:"net,omitempty"`
-	Vsock *Vsock `json:"vsock,omitempty"`
+	Net    *Net    `json:"net,omitempty"`
+	Vsock  *Vsock  `json:"vsock,omitempty"`
 	// Entropy adds a virtio-rng device: without one a guest kernel can
 	// wait a long time for getrandom() to unblock.
 	Entropy bool `json:"entropy,omitempty"`
