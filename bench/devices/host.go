@@ -35,12 +35,16 @@ const (
 	vsockSourcePort = 5002
 	guestCID        = 3
 	hostCID         = 2 // VMADDR_CID_HOST: where a guest reaches its host
+	// shareTag is the shared directory's mount tag for both VMMs (smol
+	// names its first -v so).
+	shareTag = "smol0"
 )
 
 // environment is what the bench sets up on the host and removes at the end.
 type environment struct {
 	dir       string // private temporary directory
 	disk      string // the raw image both VMMs get
+	share     string // the directory both VMMs share with the guest (virtio-9p)
 	vsockPath string // smol's vsock socket; the sink and source listen at _PORT
 	files     []string
 	listeners []io.Closer
@@ -53,7 +57,7 @@ func setUp(diskMiB int) (*environment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	env := &environment{dir: dir, disk: filepath.Join(dir, "disk.img"), vsockPath: filepath.Join(dir, "v.sock")}
+	env := &environment{dir: dir, disk: filepath.Join(dir, "disk.img"), share: filepath.Join(dir, "share"), vsockPath: filepath.Join(dir, "v.sock")}
 	if err := env.build(diskMiB); err != nil {
 		env.tearDown()
 		return nil, err
@@ -64,6 +68,19 @@ func setUp(diskMiB int) (*environment, error) {
 func (env *environment) build(diskMiB int) error {
 	if err := writeImage(env.disk, diskMiB); err != nil {
 		return err
+	}
+	// The shared directory: 10,000 empty files for the walk (the guest
+	// writes its big file beside them).
+	many := filepath.Join(env.share, "many")
+	for i := 0; i < 10000; i++ {
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Join(many, fmt.Sprintf("d%02d", i/100)), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(many, fmt.Sprintf("d%02d", i/100), fmt.Sprintf("f%05d", i)), nil, 0o644); err != nil {
+			return err
+		}
 	}
 	for _, n := range []network{smolNet, qemuNet} {
 		if err := env.addTAP(n); err != nil {

@@ -17,6 +17,7 @@ func main() {
 	secs := flag.Float64("seconds", 3, "duration of each measurement inside the guest")
 	qd := flag.Int("qd", 8, "random reads in flight")
 	diskMiB := flag.Int("disk-mib", 256, "size of the raw disk image, in MiB")
+	fsMiB := flag.Int("fs-mib", 1024, "size of the file written to and read from the shared directory, in MiB")
 	kernel := flag.String("kernel", "build/vmlinux", "guest kernel (vmlinux with a PVH note; QEMU needs one)")
 	initPath := flag.String("init", "build/init", "guest init binary")
 	nettool := flag.String("nettool", "build/nettool", "guest measurement tool")
@@ -41,7 +42,7 @@ func main() {
 	}
 	defer env.tearDown()
 
-	rc := func(n network) string { return guestScript(n, *secs, *qd) }
+	rc := func(n network) string { return guestScript(n, *secs, *qd, *fsMiB) }
 	vmms := []*vmm{
 		smolVMM(*smolBin, *kernel, *extra, *cpus, *mem, env, smolNet),
 		qemuVMM(*qemuBin, *kernel, *extra, *cpus, memBytes>>20, env, qemuNet),
@@ -68,7 +69,7 @@ func main() {
 		vmms = vmms[i : i+1]
 	}
 
-	limit := guestTimeout(*secs)
+	limit := guestTimeout(*secs, *fsMiB)
 	runs := map[string][]map[string]float64{} // per VMM, per round
 	failures := map[string]int{}
 	for r := 0; r < *rounds; r++ {
@@ -103,10 +104,11 @@ func main() {
 	}
 }
 
-// guestTimeout bounds one guest run: boot, seven measurements and the
-// waits between them, with room for a slow box.
-func guestTimeout(secs float64) time.Duration {
-	return 2*time.Minute + time.Duration(7*3*secs*float64(time.Second))
+// guestTimeout bounds one guest run: boot, the shared directory's file
+// written and read (at a box's slowest, about 4 MB/s) and its walk, seven
+// timed measurements and the waits between them.
+func guestTimeout(secs float64, fsMiB int) time.Duration {
+	return 3*time.Minute + time.Duration(7*3*secs*float64(time.Second)) + time.Duration(fsMiB/2)*time.Second
 }
 
 func fatal(err error) {

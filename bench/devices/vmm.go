@@ -23,7 +23,7 @@ type vmm struct {
 func smolVMM(bin, kernel, cmdline string, cpus int, mem string, env *environment, n network) *vmm {
 	return &vmm{name: "smol", bin: bin, net: n, args: func(initrd string) []string {
 		return []string{"run", "--kernel", kernel, "--initrd", initrd, "--cpus", strconv.Itoa(cpus), "--mem", mem,
-			"--disk", env.disk, "--net-tap", n.tap, "--vsock", env.vsockPath, "--cid", strconv.Itoa(guestCID), "--cmdline", cmdline}
+			"--disk", env.disk, "-v", env.share + ":/mnt/share", "--net-tap", n.tap, "--vsock", env.vsockPath, "--cid", strconv.Itoa(guestCID), "--cmdline", cmdline}
 	}}
 }
 
@@ -35,6 +35,8 @@ func qemuVMM(bin, kernel, cmdline string, cpus int, memMiB uint64, env *environm
 			"-kernel", kernel, "-initrd", initrd, "-append", strings.TrimSpace(smol.DefaultCmdline + " " + cmdline),
 			"-drive", "id=d0,file=" + env.disk + ",format=raw,if=none,cache=writeback,aio=threads",
 			"-device", "virtio-blk-device,drive=d0",
+			"-fsdev", "local,id=f0,path=" + env.share + ",security_model=none",
+			"-device", "virtio-9p-device,fsdev=f0,mount_tag=" + shareTag,
 			"-netdev", "tap,id=n0,ifname=" + n.tap + ",script=no,downscript=no,vhost=off",
 			"-device", "virtio-net-device,netdev=n0",
 			"-device", "vhost-vsock-device,guest-cid=" + strconv.Itoa(guestCID),

@@ -67,6 +67,9 @@ func main() {
 			qd = atoi(args[2])
 		}
 		check(diskBench(args[0], seconds(args[1]), qd))
+	case "fs":
+		need(2)
+		check(fsBench(args[0], atoi(args[1])))
 	case "tcp-send", "tcp-recv":
 		need(2)
 		addr := args[0]
