@@ -25,6 +25,10 @@ type Command struct {
 	Env  []string // KEY=VALUE, after (and overriding) the image's ENV
 	Dir  string   // working directory; "" means the image's WORKDIR, else /
 	User string   // USER[:GROUP] or UID[:GID]; "" means the image's USER, else root
+	// Root runs the command chrooted in this guest directory (a volume
+	// holding a container's root filesystem: the containerd shim's); ""
+	// is the machine's own root.
+	Root string
 
 	// TTY runs the command on a terminal of Rows x Cols in the guest; its
 	// output then all arrives on Stdout.
@@ -160,6 +164,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
+		Root: cmd.Root,
 		TTY:  cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

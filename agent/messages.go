@@ -13,6 +13,10 @@ type Start struct {
 	Env  []string `json:"env,omitempty"` // KEY=VALUE, the whole environment (the agent adds defaults for PATH, HOME, TERM)
 	Dir  string   `json:"dir,omitempty"` // working directory; default "/"
 	User string   `json:"user,omitempty"`
+	// Root, if set, is the directory the command runs chrooted in (a
+	// container's root the host shares): its user, working directory and
+	// program are found there, and /proc, /sys and /dev are mounted in it.
+	Root string `json:"root,omitempty"`
 	// TTY runs the command on a pseudo-terminal of Rows x Cols; its output
 	// then comes as Stdout frames only.
 	TTY  bool   `json:"tty,omitempty"`
@@ -128,6 +132,8 @@ func (s *Start) Validate() error {
 		return errors.New("too many arguments or environment entries")
 	case s.Args[0] == "":
 		return errors.New("empty command name")
+	case s.Root != "" && s.Root[0] != '/':
+		return errors.New("the command's root must be an absolute path")
 	}
 	for _, kv := range s.Env {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {

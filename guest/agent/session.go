@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -187,8 +188,16 @@ type startError struct {
 func (e *startError) Error() string { return e.msg }
 
 // prepare resolves the user, environment, directory and program of start.
+// With start.Root the command runs chrooted there (a container's root
+// shared from the host), its user, directory and program found in it.
 func prepare(start agent.Start) (*process, error) {
-	u, err := lookupUser(start.User)
+	root := start.Root
+	if root != "" {
+		if err := prepareRoot(root); err != nil {
+			return nil, &startError{126, err.Error()}
+		}
+	}
+	u, err := lookupUser(start.User, root)
 	if err != nil {
 		return nil, &startError{126, err.Error()}
 	}
@@ -197,16 +206,17 @@ func prepare(start agent.Start) (*process, error) {
 	if dir == "" {
 		dir = "/"
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(filepath.Join(root, dir)); err != nil || !fi.IsDir() {
 		return nil, &startError{126, fmt.Sprintf("working directory %s does not exist", dir)}
 	}
-	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir)
+	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir, root)
 	if err != nil {
 		return nil, &startError{127, err.Error()}
 	}
 	cmd := &exec.Cmd{Path: path, Args: start.Args, Env: env, Dir: dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
+		Chroot:     root,
 		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
 	}
 	return &process{cmd: cmd}, nil

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,5 +39,44 @@ func mountShares(spec string) error {
 			return fmt.Errorf("mount shared directory %s (%s): %w", path, tag, err)
 		}
 	}
+	return nil
+}
+
+// preparedRoots are the command roots whose kernel filesystems are
+// mounted.
+var preparedRoots = struct {
+	sync.Mutex
+	done map[string]bool
+}{done: map[string]bool{}}
+
+// prepareRoot mounts /proc, /sys and /dev (the guest's, bound) and a
+// fresh /tmp inside root, once, for commands that run chrooted there (a
+// container's root shared from the host): what programs expect of a root.
+func prepareRoot(root string) error {
+	preparedRoots.Lock()
+	defer preparedRoots.Unlock()
+	if preparedRoots.done[root] {
+		return nil
+	}
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		return fmt.Errorf("root %s is not a directory", root)
+	}
+	for _, m := range []struct {
+		target, fstype, source string
+		flags                  uintptr
+	}{
+		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"sys", "sysfs", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY},
+		{"dev", "", "/dev", unix.MS_BIND | unix.MS_REC},
+	} {
+		dir := filepath.Join(root, m.target)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("root %s: %w", root, err)
+		}
+		if err := unix.Mount(m.source, dir, m.fstype, m.flags, ""); err != nil {
+			return fmt.Errorf("root %s: mount %s: %w", root, m.target, err)
+		}
+	}
+	preparedRoots.done[root] = true
 	return nil
 }

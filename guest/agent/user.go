@@ -19,15 +19,15 @@ type user struct {
 
 // lookupUser resolves an image's USER or -u value: "", NAME, UID,
 // NAME:GROUP, UID:GID (and mixtures), from the root's /etc/passwd and
-// /etc/group. A numeric user without a passwd entry is allowed, as Docker
-// allows it.
-func lookupUser(spec string) (user, error) {
+// /etc/group (of root, the command's root directory). A numeric user
+// without a passwd entry is allowed, as Docker allows it.
+func lookupUser(spec, root string) (user, error) {
 	if spec == "" {
 		spec = "root"
 	}
 	name, group, hasGroup := strings.Cut(spec, ":")
 	u := user{name: name, home: "/"}
-	entry, found := findEntry("/etc/passwd", name, 2)
+	entry, found := findEntry(filepath.Join(root, "/etc/passwd"), name, 2)
 	switch {
 	case found:
 		uid, err1 := strconv.ParseUint(entry[2], 10, 32)
@@ -48,7 +48,7 @@ func lookupUser(spec string) (user, error) {
 		return user{}, fmt.Errorf("user %s not found in the image's /etc/passwd", name)
 	}
 	if hasGroup {
-		if g, ok := findEntry("/etc/group", group, 2); ok {
+		if g, ok := findEntry(filepath.Join(root, "/etc/group"), group, 2); ok {
 			gid, err := strconv.ParseUint(g[2], 10, 32)
 			if err != nil {
 				return user{}, fmt.Errorf("group %s: malformed /etc/group entry", group)
@@ -61,7 +61,7 @@ func lookupUser(spec string) (user, error) {
 			return user{}, fmt.Errorf("group %s not found in the image's /etc/group", group)
 		}
 	}
-	u.groups = supplementaryGroups(u.name, u.gid)
+	u.groups = supplementaryGroups(u.name, u.gid, root)
 	return u, nil
 }
 
@@ -88,9 +88,9 @@ func findEntry(file, key string, idField int) ([]string, bool) {
 
 // supplementaryGroups lists the groups of /etc/group that name a user as
 // a member, plus its primary group.
-func supplementaryGroups(name string, primary uint32) []uint32 {
+func supplementaryGroups(name string, primary uint32, root string) []uint32 {
 	groups := []uint32{primary}
-	f, err := os.Open("/etc/group")
+	f, err := os.Open(filepath.Join(root, "/etc/group"))
 	if err != nil {
 		return groups
 	}
@@ -150,13 +150,13 @@ func envValue(env []string, key string) string {
 
 // lookPath finds an executable the way a shell does, in the command's own
 // PATH (not the agent's).
-func lookPath(file, path, dir string) (string, error) {
+func lookPath(file, path, dir, root string) (string, error) {
 	if strings.Contains(file, "/") {
 		p := file
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if err := executable(p); err != nil {
+		if err := executable(filepath.Join(root, p)); err != nil {
 			return "", fmt.Errorf("%s: %v", file, err)
 		}
 		return p, nil
@@ -169,7 +169,7 @@ func lookPath(file, path, dir string) (string, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if executable(p) == nil {
+		if executable(filepath.Join(root, p)) == nil {
 			return p, nil
 		}
 	}
