@@ -143,8 +143,14 @@ func (b *bridge) Write(p []byte) (int, error) {
 		if len(b.partial) < size {
 			break
 		}
-		done = append(done, append([]byte(nil), b.partial[:size]...))
-		b.partial = b.partial[size:]
+		// The reply is handed over as it is; the next one starts a new
+		// buffer (the server writes a reply in two or three pieces).
+		done = append(done, b.partial[:size:size])
+		if rest := b.partial[size:]; len(rest) > 0 {
+			b.partial = append([]byte(nil), rest...)
+		} else {
+			b.partial = nil
+		}
 	}
 	b.mu.Unlock()
 	for _, m := range done {
