@@ -1,0 +1,35 @@
+// Command containerd-shim-smol-v2 is containerd's runtime v2 shim for
+// smol (runtime io.containerd.smol.v2): every pod, or lone container, is
+// a smol machine, and each container's processes run in it, in the
+// container's own root. docs/kubernetes.md says how to install it.
+//
+// The same binary is its machines' VMM process (`machine __vmm NAME`),
+// so a host needs nothing but it and containerd.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+
+	cshim "github.com/containerd/containerd/runtime/v2/shim"
+	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/shim"
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) >= 3 && os.Args[1] == "machine" && os.Args[2] == smol.VMMCommand {
+		signal.Ignore(unix.SIGHUP, unix.SIGINT, unix.SIGPIPE)
+		if len(os.Args) != 4 {
+			fmt.Fprintln(os.Stderr, "usage: containerd-shim-smol-v2 machine __vmm NAME")
+			os.Exit(2)
+		}
+		if err := smol.ServeMachine(os.Args[3], smol.VMMSource{}); err != nil {
+			fmt.Fprintf(os.Stderr, "smol: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cshim.Run("io.containerd.smol.v2", shim.New)
+}

@@ -1,0 +1,159 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/fifo"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/smolvm/smol"
+)
+
+// process is a container's init process or one of its execs: a command
+// the guest agent runs in the container's root, with containerd's FIFOs
+// as its stdio.
+type process struct {
+	containerID, execID string
+	spec                *specs.Process
+	root                string // the container's root in the guest
+	stdin, stdout       string // FIFO paths ("" for none)
+	stderr              string
+	terminal            bool
+
+	signals chan syscall.Signal
+	resize  chan smol.Winsize
+
+	mu         sync.Mutex
+	status     tasktypes.Status
+	exitStatus uint32
+	exitedAt   time.Time
+	stdinPipe  io.Closer // closed by CloseIO
+	done       chan struct{}
+}
+
+func newProcess(containerID, execID, root string, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
+	return &process{containerID: containerID, execID: execID, spec: spec, root: root,
+		stdin: stdin, stdout: stdout, stderr: stderr, terminal: terminal,
+		signals: make(chan syscall.Signal, 8), resize: make(chan smol.Winsize, 4),
+		status: tasktypes.StatusCreated, done: make(chan struct{})}
+}
+
+// command is what the agent runs for p.
+func (p *process) command() smol.Command {
+	s := p.spec
+	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root, TTY: p.terminal || s.Terminal,
+		User:    strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
+		Signals: p.signals, Resize: p.resize}
+	if s.ConsoleSize != nil {
+		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
+	}
+	return c
+}
+
+// start opens the FIFOs and runs the command in m; exited is called with
+// the exit status when it ends.
+func (p *process) start(ctx context.Context, m *smol.NamedMachine, exited func(*process)) error {
+	cmd := p.command()
+	var closers []io.Closer
+	open := func(path string, flag int) (io.ReadWriteCloser, error) {
+		f, err := fifo.OpenFifo(ctx, path, flag, 0)
+		if err == nil {
+			closers = append(closers, f)
+		}
+		return f, err
+	}
+	if p.stdout != "" {
+		f, err := open(p.stdout, syscall.O_WRONLY)
+		if err != nil {
+			return err
+		}
+		cmd.Stdout = f
+	}
+	if p.stderr != "" && !cmd.TTY {
+		f, err := open(p.stderr, syscall.O_WRONLY)
+		if err != nil {
+			closeAll(closers)
+			return err
+		}
+		cmd.Stderr = f
+	}
+	if p.stdin != "" {
+		f, err := open(p.stdin, syscall.O_RDONLY|syscall.O_NONBLOCK)
+		if err != nil {
+			closeAll(closers)
+			return err
+		}
+		// CloseIO ends the command's stdin without waiting for the
+		// client to close its end.
+		pr, pw := io.Pipe()
+		go func() { io.Copy(pw, f); pw.Close() }()
+		cmd.Stdin = pr
+		p.mu.Lock()
+		p.stdinPipe = pw
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.status = tasktypes.StatusRunning
+	p.mu.Unlock()
+	go func() {
+		code, err := m.Exec(context.WithoutCancel(ctx), cmd)
+		var ce *smol.CommandError
+		switch {
+		case errors.As(err, &ce):
+			code = ce.Code
+		case err != nil:
+			code = 255 // the machine failed under it
+		}
+		closeAll(closers)
+		p.mu.Lock()
+		p.status, p.exitStatus, p.exitedAt = tasktypes.StatusStopped, uint32(code), time.Now()
+		p.mu.Unlock()
+		close(p.done)
+		exited(p)
+	}()
+	return nil
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// kill delivers a signal to a running process.
+func (p *process) kill(sig syscall.Signal) bool {
+	p.mu.Lock()
+	running := p.status == tasktypes.StatusRunning
+	p.mu.Unlock()
+	if !running {
+		return false
+	}
+	select {
+	case p.signals <- sig:
+	default: // signals already queued; this one is dropped as a real queue full of them would coalesce
+	}
+	return true
+}
+
+// state reports p's status and exit.
+func (p *process) state() (tasktypes.Status, uint32, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status, p.exitStatus, p.exitedAt
+}
+
+// closeStdin ends the command's stdin.
+func (p *process) closeStdin() {
+	p.mu.Lock()
+	c := p.stdinPipe
+	p.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}

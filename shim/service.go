@@ -1,0 +1,477 @@
+package shim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/runtime"
+	cshim "github.com/containerd/containerd/runtime/v2/shim"
+	taskapi "github.com/containerd/containerd/runtime/v2/task"
+	ptypes "github.com/gogo/protobuf/types"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/smolvm/smol"
+)
+
+// service is one shim process's task service: the containers of one group
+// (a pod sandbox and its containers, or a lone container), all in one
+// smol machine. Each container's root filesystem (containerd's snapshot
+// mounts) is mounted on the host under the group's shared directory,
+// which the machine mounts at guestRoots; the container's processes run
+// chrooted in their root there.
+type service struct {
+	ctx       context.Context
+	id        string // the shim's id: its first container's
+	publisher cshim.Publisher
+	shutdown  func()
+
+	mu         sync.Mutex
+	group      string // the machine's group directory
+	machine    *smol.NamedMachine
+	containers map[string]*container
+}
+
+// container is one task: its bundle, its root and its processes.
+type container struct {
+	id, bundle string
+	rootfs     string // host mount point, under the group's shared directory
+	mounted    bool
+	init       *process
+	execs      map[string]*process
+}
+
+// guestRoots is where the machine mounts the group's shared directory.
+const guestRoots = "/run/smol/containers"
+
+// New is the shim's task service (containerd's shim.Init).
+func New(ctx context.Context, id string, publisher cshim.Publisher, shutdown func()) (cshim.Shim, error) {
+	return &service{ctx: ctx, id: id, publisher: publisher, shutdown: shutdown, containers: map[string]*container{}}, nil
+}
+
+var _ taskapi.TaskService = (*service)(nil)
+
+// publish sends an event to containerd.
+func (s *service) publish(topic string, event any) {
+	ns, _ := namespaces.Namespace(s.ctx)
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	if err := s.publisher.Publish(ctx, topic, event); err != nil {
+		logf("publish %s: %v", topic, err)
+	}
+}
+
+// machineName names a group's machine: stable, valid, and distinct for
+// every namespace and group.
+func machineName(ns, group string) string {
+	sum := sha256.Sum256([]byte(ns + "/" + group))
+	return "ctr-" + hex.EncodeToString(sum[:8])
+}
+
+// Create mounts the container's root and, for the group's first
+// container, creates and starts the machine.
+func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *taskapi.CreateTaskResponse, err error) {
+	spec, err := readSpec(r.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Process == nil || len(spec.Process.Args) == 0 {
+		return nil, fmt.Errorf("container %s: %w: no process to run", r.ID, errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.containers[r.ID]; dup {
+		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrAlreadyExists)
+	}
+	ns, _ := namespaces.Namespace(ctx)
+	if s.machine == nil {
+		if err := s.startMachine(ctx, ns, spec); err != nil {
+			return nil, err
+		}
+	}
+	c := &container{id: r.ID, bundle: r.Bundle, rootfs: filepath.Join(s.group, "roots", r.ID), execs: map[string]*process{}}
+	if err := os.MkdirAll(c.rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.unmount()
+		}
+	}()
+	var mounts []mount.Mount
+	for _, m := range r.Rootfs {
+		mounts = append(mounts, mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
+	}
+	if len(mounts) == 0 { // the bundle holds the root itself (ctr run --rootfs)
+		root := spec.Root.Path
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(r.Bundle, root)
+		}
+		mounts = []mount.Mount{{Type: "bind", Source: root, Options: []string{"rbind"}}}
+	}
+	if err := mount.All(mounts, c.rootfs); err != nil {
+		return nil, fmt.Errorf("container %s: mount its root: %w", r.ID, err)
+	}
+	c.mounted = true
+	c.init = newProcess(r.ID, "", filepath.Join(guestRoots, r.ID), spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	s.containers[r.ID] = c
+	pid := s.pid()
+	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
+		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}, Pid: pid})
+	return &taskapi.CreateTaskResponse{Pid: pid}, nil
+}
+
+// startMachine creates and boots the group's machine, sharing the group's
+// directory of container roots with it.
+func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec) error {
+	base := stateRoot()
+	group := s.id
+	if spec.Annotations != nil {
+		if sb := spec.Annotations[sandboxAnnotation]; sb != "" {
+			group = sb
+		}
+	}
+	s.group = filepath.Join(base, ns, group)
+	if err := os.MkdirAll(filepath.Join(s.group, "roots"), 0o711); err != nil {
+		return err
+	}
+	os.Setenv("SMOL_HOME", filepath.Join(base, "home"))
+	if exe, err := os.Executable(); err == nil {
+		smol.VMMExecutable = exe // the shim binary serves `machine __vmm` too
+	}
+	name := machineName(ns, group)
+	if old, err := smol.OpenMachine(name); err == nil { // a leftover of a killed shim
+		old.Remove(ctx, true)
+	}
+	cfg := smol.MachineConfig{Name: name, CPUs: 2, Memory: 2 << 30, Storage: 1 << 30,
+		Volumes: []smol.Volume{{Host: filepath.Join(s.group, "roots"), Guest: guestRoots}}}
+	if l := spec.Linux; l != nil && l.Resources != nil && l.Resources.Memory != nil && l.Resources.Memory.Limit != nil && *l.Resources.Memory.Limit >= 256<<20 {
+		cfg.Memory = uint64(*l.Resources.Memory.Limit)
+	}
+	m, err := smol.CreateMachine(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("machine for %s: %w", group, err)
+	}
+	if err := m.Start(ctx); err != nil {
+		m.Remove(context.Background(), true)
+		return fmt.Errorf("machine for %s: %w", group, err)
+	}
+	s.machine = m
+	return nil
+}
+
+// sandboxAnnotation groups a pod's containers into one shim and machine.
+const sandboxAnnotation = "io.kubernetes.cri.sandbox-id"
+
+// stateRoot is where shims keep machines and container roots.
+func stateRoot() string {
+	if d := os.Getenv("SMOL_SHIM_ROOT"); d != "" {
+		return d
+	}
+	return "/run/containerd-shim-smol"
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("%s/config.json: %w", bundle, err)
+	}
+	return &spec, nil
+}
+
+// pid is what containerd is told the processes' pid is: the machine's
+// VMM process (the guest's own pids mean nothing on the host).
+func (s *service) pid() uint32 {
+	if s.machine == nil {
+		return 0
+	}
+	st, err := s.machine.Status(context.Background())
+	if err != nil {
+		return 0
+	}
+	return uint32(st.PID)
+}
+
+// find returns the process of a request.
+func (s *service) find(id, execID string) (*container, *process, error) {
+	c := s.containers[id]
+	if c == nil {
+		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	if execID == "" {
+		return c, c.init, nil
+	}
+	p := c.execs[execID]
+	if p == nil {
+		return nil, nil, fmt.Errorf("exec %s in %s: %w", execID, id, errdefs.ErrNotFound)
+	}
+	return c, p, nil
+}
+
+// Start runs the container's init process or one of its execs.
+func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.StartResponse, error) {
+	s.mu.Lock()
+	_, p, err := s.find(r.ID, r.ExecID)
+	m := s.machine
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if st, _, _ := p.state(); st != tasktypes.StatusCreated {
+		return nil, fmt.Errorf("process %s%s: %w: already started", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
+	}
+	if err := p.start(ctx, m, s.exited); err != nil {
+		return nil, err
+	}
+	pid := s.pid()
+	if r.ExecID == "" {
+		s.publish(runtime.TaskStartEventTopic, &eventstypes.TaskStart{ContainerID: r.ID, Pid: pid})
+	} else {
+		s.publish(runtime.TaskExecStartedEventTopic, &eventstypes.TaskExecStarted{ContainerID: r.ID, ExecID: r.ExecID, Pid: pid})
+	}
+	return &taskapi.StartResponse{Pid: pid}, nil
+}
+
+// exited reports a process's end.
+func (s *service) exited(p *process) {
+	_, code, at := p.state()
+	id := p.execID
+	if id == "" {
+		id = p.containerID
+	}
+	s.publish(runtime.TaskExitEventTopic, &eventstypes.TaskExit{ContainerID: p.containerID, ID: id, Pid: s.pid(), ExitStatus: code, ExitedAt: at})
+}
+
+// Delete removes an exec, or the container (its root unmounted; the
+// machine stopped with the group's last container).
+func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskapi.DeleteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, p, err := s.find(r.ID, r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	st, code, at := p.state()
+	if st == tasktypes.StatusRunning {
+		return nil, fmt.Errorf("process %s%s: %w: still running", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
+	}
+	pid := s.pid()
+	if r.ExecID != "" {
+		delete(c.execs, r.ExecID)
+		return &taskapi.DeleteResponse{Pid: pid, ExitStatus: code, ExitedAt: at}, nil
+	}
+	for _, e := range c.execs {
+		e.kill(syscall.SIGKILL)
+	}
+	c.unmount()
+	delete(s.containers, r.ID)
+	if len(s.containers) == 0 && s.machine != nil {
+		s.machine.Remove(context.Background(), true)
+		s.machine = nil
+	}
+	s.publish(runtime.TaskDeleteEventTopic, &eventstypes.TaskDelete{ContainerID: r.ID, Pid: pid, ExitStatus: code, ExitedAt: at})
+	return &taskapi.DeleteResponse{Pid: pid, ExitStatus: code, ExitedAt: at}, nil
+}
+
+func (c *container) unmount() {
+	if c.mounted {
+		mount.UnmountAll(c.rootfs, 0)
+		c.mounted = false
+	}
+	os.Remove(c.rootfs)
+}
+
+// Exec adds a process to a container; Start runs it.
+func (s *service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.containers[r.ID]
+	if c == nil {
+		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrNotFound)
+	}
+	if _, dup := c.execs[r.ExecID]; dup {
+		return nil, fmt.Errorf("exec %s: %w", r.ExecID, errdefs.ErrAlreadyExists)
+	}
+	var spec specs.Process
+	if r.Spec == nil || json.Unmarshal(r.Spec.Value, &spec) != nil || len(spec.Args) == 0 {
+		return nil, fmt.Errorf("exec %s: %w: no process", r.ExecID, errdefs.ErrInvalidArgument)
+	}
+	c.execs[r.ExecID] = newProcess(r.ID, r.ExecID, c.init.root, &spec, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
+	return &ptypes.Empty{}, nil
+}
+
+// State reports a process.
+func (s *service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
+	s.mu.Lock()
+	c, p, err := s.find(r.ID, r.ExecID)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	st, code, at := p.state()
+	return &taskapi.StateResponse{ID: r.ID, ExecID: r.ExecID, Bundle: c.bundle, Pid: s.pid(), Status: st,
+		Stdin: p.stdin, Stdout: p.stdout, Stderr: p.stderr, Terminal: p.terminal, ExitStatus: code, ExitedAt: at}, nil
+}
+
+// Kill signals a process (with All, every process of the container).
+func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	c, p, err := s.find(r.ID, r.ExecID)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	sig := syscall.Signal(r.Signal)
+	if sig <= 0 || sig > 64 {
+		return nil, fmt.Errorf("signal %d: %w", r.Signal, errdefs.ErrInvalidArgument)
+	}
+	if st, _, _ := p.state(); st == tasktypes.StatusCreated {
+		return nil, fmt.Errorf("process %s%s: %w: not started", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
+	}
+	p.kill(sig)
+	if r.All {
+		for _, e := range c.execs {
+			e.kill(sig)
+		}
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// Wait blocks until the process ends.
+func (s *service) Wait(ctx context.Context, r *taskapi.WaitRequest) (*taskapi.WaitResponse, error) {
+	s.mu.Lock()
+	_, p, err := s.find(r.ID, r.ExecID)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	_, code, at := p.state()
+	return &taskapi.WaitResponse{ExitStatus: code, ExitedAt: at}, nil
+}
+
+// Pids lists the container's processes, as the host sees them: the
+// machine's VMM.
+func (s *service) Pids(ctx context.Context, r *taskapi.PidsRequest) (*taskapi.PidsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.containers[r.ID] == nil {
+		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrNotFound)
+	}
+	return &taskapi.PidsResponse{Processes: []*tasktypes.ProcessInfo{{Pid: s.pid()}}}, nil
+}
+
+// Pause parks the machine's vCPUs (every container of the group).
+func (s *service) Pause(ctx context.Context, r *taskapi.PauseRequest) (*ptypes.Empty, error) {
+	return s.lifecycle(ctx, r.ID, true)
+}
+
+// Resume lets the machine run again.
+func (s *service) Resume(ctx context.Context, r *taskapi.ResumeRequest) (*ptypes.Empty, error) {
+	return s.lifecycle(ctx, r.ID, false)
+}
+
+func (s *service) lifecycle(ctx context.Context, id string, pause bool) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	m, c := s.machine, s.containers[id]
+	s.mu.Unlock()
+	if c == nil || m == nil {
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	if pause {
+		if err := m.Pause(ctx); err != nil {
+			return nil, err
+		}
+		s.publish(runtime.TaskPausedEventTopic, &eventstypes.TaskPaused{ContainerID: id})
+	} else {
+		if err := m.Resume(ctx); err != nil {
+			return nil, err
+		}
+		s.publish(runtime.TaskResumedEventTopic, &eventstypes.TaskResumed{ContainerID: id})
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// ResizePty resizes a process's terminal.
+func (s *service) ResizePty(ctx context.Context, r *taskapi.ResizePtyRequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	_, p, err := s.find(r.ID, r.ExecID)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case p.resize <- smol.Winsize{Rows: uint16(r.Height), Cols: uint16(r.Width)}:
+	default:
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// CloseIO ends a process's stdin.
+func (s *service) CloseIO(ctx context.Context, r *taskapi.CloseIORequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	_, p, err := s.find(r.ID, r.ExecID)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if r.Stdin {
+		p.closeStdin()
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// Connect reports the shim's and the task's pids.
+func (s *service) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*taskapi.ConnectResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &taskapi.ConnectResponse{ShimPid: uint32(os.Getpid()), TaskPid: s.pid()}, nil
+}
+
+// Shutdown ends the shim once it holds no container.
+func (s *service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.containers) > 0 && !r.Now {
+		return &ptypes.Empty{}, nil
+	}
+	if s.machine != nil {
+		s.machine.Remove(context.Background(), true)
+		s.machine = nil
+	}
+	s.shutdown()
+	return &ptypes.Empty{}, nil
+}
+
+// Stats, Update and Checkpoint are not supported: a machine's cgroup
+// figures are not the container's, resources are fixed at the machine's
+// creation, and checkpoints go through smol machine snapshot.
+func (s *service) Stats(context.Context, *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
+	return nil, errdefs.ErrNotImplemented
+}
+
+func (s *service) Update(context.Context, *taskapi.UpdateTaskRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ErrNotImplemented
+}
+
+func (s *service) Checkpoint(context.Context, *taskapi.CheckpointTaskRequest) (*ptypes.Empty, error) {
+	return nil, errdefs.ErrNotImplemented
+}

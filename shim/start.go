@@ -1,0 +1,107 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/namespaces"
+	cshim "github.com/containerd/containerd/runtime/v2/shim"
+	taskapi "github.com/containerd/containerd/runtime/v2/task"
+	"github.com/smolvm/smol"
+)
+
+// StartShim is containerd's `start`: it runs in the container's bundle and
+// starts the shim daemon (this binary again, serving the task API on a
+// socket it inherits), or, for a container of a group whose daemon runs
+// already (a pod's), returns that daemon's address.
+func (s *service) StartShim(ctx context.Context, opts cshim.StartOpts) (_ string, err error) {
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
+		return "", err
+	}
+	group := opts.ID
+	if spec, err := readSpec("."); err == nil && spec.Annotations[sandboxAnnotation] != "" {
+		group = spec.Annotations[sandboxAnnotation]
+	}
+	address, err := cshim.SocketAddress(ctx, opts.Address, group)
+	if err != nil {
+		return "", err
+	}
+	socket, err := cshim.NewSocket(address)
+	if err != nil {
+		if !cshim.SocketEaddrinuse(err) {
+			return "", fmt.Errorf("shim socket: %w", err)
+		}
+		if cshim.CanConnect(address) { // the group's daemon
+			return address, cshim.WriteAddress("address", address)
+		}
+		if err := cshim.RemoveSocket(address); err != nil {
+			return "", err
+		}
+		if socket, err = cshim.NewSocket(address); err != nil {
+			return "", err
+		}
+	}
+	defer func() {
+		if err != nil {
+			socket.Close()
+			cshim.RemoveSocket(address)
+		}
+	}()
+	if err := cshim.WriteAddress("address", address); err != nil {
+		return "", err
+	}
+	f, err := socket.File()
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	cwd, _ := os.Getwd()
+	cmd := exec.Command(self, "-namespace", ns, "-id", opts.ID, "-address", opts.Address)
+	cmd.Dir = cwd
+	cmd.ExtraFiles = []*os.File{f} // fd 3: the socket shim.Run serves
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	go cmd.Wait()
+	return address, nil
+}
+
+// Cleanup is containerd's `delete` for a shim that is gone: it removes
+// what the container left (its root mount, the group's machine when no
+// daemon holds it), so that a containerd or shim killed mid-create
+// leaks no VM.
+func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) {
+	ns, _ := namespaces.Namespace(ctx)
+	base := stateRoot()
+	os.Setenv("SMOL_HOME", filepath.Join(base, "home"))
+	group := s.id
+	if spec, err := readSpec("."); err == nil && spec.Annotations[sandboxAnnotation] != "" {
+		group = spec.Annotations[sandboxAnnotation]
+	}
+	root := filepath.Join(base, ns, group, "roots", s.id)
+	(&container{rootfs: root, mounted: true}).unmount()
+	if group == s.id {
+		if m, err := smol.OpenMachine(machineName(ns, group)); err == nil {
+			m.Remove(ctx, true)
+		}
+		os.RemoveAll(filepath.Join(base, ns, group))
+	}
+	return &taskapi.DeleteResponse{ExitedAt: time.Now(), ExitStatus: 128 + uint32(syscall.SIGKILL)}, nil
+}
+
+// logf writes to the shim's log (containerd collects the daemon's stderr
+// into its own log).
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "containerd-shim-smol-v2: "+format+"\n", args...)
+}
