@@ -12,7 +12,7 @@ all: build
 
 help:
 	@echo "make deps          install build/test dependencies (apt)"
-	@echo "make build         bin/smol (and bin/smolbox)"
+	@echo "make build         bin/smol, bin/containerd-shim-smol-v2 (and bin/smolbox)"
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
 	@echo "make guest         build/init, build/nettool, build/initramfs.cpio (the demo guest), build/agent.cpio (the image agent)"
@@ -27,13 +27,17 @@ help:
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
-build: bin/smol bin/smolbox
+build: bin/smol bin/smolbox bin/containerd-shim-smol-v2
 
 # bin/smol carries its guest kernel and agent (package guestbin): a copy
 # of it alone runs guests.
 bin/smol: FORCE kernel guest
 	$(GO) run ./internal/guestbin/mkassets -o internal/guestbin/assets build/vmlinux build/agent.cpio
 	$(GO) build -tags smol_embed -o $@ ./cmd/smol
+
+# The containerd shim carries the guest too: it is its machines' VMM.
+bin/containerd-shim-smol-v2: FORCE bin/smol
+	$(GO) build -tags smol_embed -o $@ ./cmd/containerd-shim-smol-v2
 
 bin/smolbox: FORCE
 	$(GO) build -o $@ ./cmd/smolbox

@@ -4,9 +4,10 @@
 # the benchmark peer; passt, the network benchmark's peer), a static busybox (tiny guest userlands), e2fsprogs
 # (e2fsck and debugfs check the ext4 images imagefs writes), debootstrap (the
 # integration tests' Debian image), and getcap and getfattr (libcap2-bin,
-# attr: the integration tests read file capabilities and xattrs in a guest).
+# attr: the integration tests read file capabilities and xattrs in a guest),
+# containerd (the shim's tests start their own).
 set -euo pipefail
-pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt)
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt containerd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
