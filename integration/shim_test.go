@@ -13,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // The containerd shim (cmd/containerd-shim-smol-v2) under Debian's
@@ -24,14 +29,17 @@ import (
 type containerdRun struct {
 	t       *testing.T
 	dir     string
+	ns      string // ctr's namespace
 	sock    string
 	env     []string
 	daemon  *exec.Cmd
 	stopped chan struct{}
 }
 
-// startContainerd starts containerd with the shim on its PATH.
-func startContainerd(t *testing.T) *containerdRun {
+// startContainerd starts containerd with the shim on its PATH; cri
+// enables its CRI plugin with a "smol" runtime handler (ctr then works in
+// the k8s.io namespace, where the CRI plugin looks for images).
+func startContainerd(t *testing.T, cri bool) *containerdRun {
 	t.Helper()
 	if _, err := exec.LookPath("containerd"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -41,14 +49,33 @@ func startContainerd(t *testing.T) *containerdRun {
 	}
 	shimBin := artifact(t, "bin/containerd-shim-smol-v2", "build")
 	dir := t.TempDir()
-	c := &containerdRun{t: t, dir: dir, sock: filepath.Join(dir, "containerd.sock")}
+	c := &containerdRun{t: t, dir: dir, sock: filepath.Join(dir, "containerd.sock"), ns: "smoltest"}
+	disabled := `["io.containerd.grpc.v1.cri"]`
+	if cri {
+		disabled = "[]"
+	}
 	config := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+disabled_plugins = %s
 [grpc]
   address = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock)
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), disabled, c.sock)
+	if cri {
+		c.ns = "k8s.io"
+		os.MkdirAll(filepath.Join(dir, "cni", "conf"), 0o755)
+		config += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "smol"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.smol]
+      runtime_type = %q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, pauseImage, shimRuntime, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+	}
 	os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o600)
 	c.env = append(os.Environ(), "PATH="+filepath.Dir(shimBin)+":"+os.Getenv("PATH"), "SMOL_SHIM_ROOT="+filepath.Join(dir, "shim"))
 	c.start()
@@ -108,7 +135,7 @@ func (c *containerdRun) cleanup() {
 func (c *containerdRun) ctr(args ...string) (int, string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"-a", c.sock, "-n", "smoltest"}, args...)...)
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"-a", c.sock, "-n", c.ns}, args...)...)
 	cmd.Env = c.env
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -142,7 +169,7 @@ const shimRuntime = "io.containerd.smol.v2"
 // survives a containerd restart, is killed and deleted; a command that
 // does not exist is 127; nothing of the machines is left.
 func TestShimRunsContainers(t *testing.T) {
-	c := startContainerd(t)
+	c := startContainerd(t, false)
 	img := writeTarball(t, filepath.Join(t.TempDir(), "img.tar"), image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t)))
 	c.mustCtr("images", "import", "--snapshotter", "native", img)
 	ref := strings.Fields(c.mustCtr("images", "ls", "-q"))
@@ -196,5 +223,113 @@ func TestShimRunsContainers(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("machines left after every task was deleted: %v", names)
+	}
+}
+
+// pauseImage is the sandbox image the CRI plugin is given: busybox
+// sleeping (a pod's sandbox container only holds the pod's place).
+const pauseImage = "docker.io/test/pause:1"
+
+// TestShimCRI acts as kubelet: a pod with runtime handler smol, two
+// containers in it that share its VM (one serves on localhost, the other
+// reaches it), ExecSync, a container's exit code, then the pod stopped
+// and removed.
+func TestShimCRI(t *testing.T) {
+	c := startContainerd(t, true)
+	dir := t.TempDir()
+	app := writeTarball(t, filepath.Join(dir, "app.tar"), image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t)))
+	c.mustCtr("images", "import", "--snapshotter", "native", app)
+	pauseTar := filepath.Join(dir, "pause.tar")
+	writeNamedTarball(t, pauseTar, pauseImage, image(t, v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/sleep", "100000"}}, busyboxLayer(t)))
+	c.mustCtr("images", "import", "--snapshotter", "native", pauseTar)
+	appRef := "docker.io/test/pack:1"
+
+	conn, err := grpc.Dial("unix://"+c.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rt := cri.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	podCfg := &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: "pod", Uid: "uid-1", Namespace: "default"},
+		LogDirectory: filepath.Join(dir, "logs"),
+		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+	}
+	sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "smol"})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.log())
+	}
+	start := func(name string, cmd ...string) string {
+		t.Helper()
+		cr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: podCfg,
+			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: appRef},
+				Command: cmd, LogPath: name + ".log"}})
+		if err != nil {
+			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.log())
+		}
+		if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
+			t.Fatalf("StartContainer %s: %v\ncontainerd log:\n%s", name, err, c.log())
+		}
+		return cr.ContainerId
+	}
+	server := start("server", "sh", "-c", "while :; do echo pong | busybox nc -l -p 9000; done")
+	client := start("client", "sleep", "100000")
+	var got string
+	for i := 0; i < 20 && got != "pong\n"; i++ { // the server may not listen yet
+		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"sh", "-c", "echo ping | busybox nc -w 3 127.0.0.1 9000"}, Timeout: 30})
+		if err != nil {
+			t.Fatalf("ExecSync: %v", err)
+		}
+		got = string(res.Stdout)
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got != "pong\n" {
+		t.Errorf("the client container reached the server over localhost as %q", got)
+	}
+	res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: server, Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}, Timeout: 30})
+	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {
+		t.Errorf("ExecSync: %+v, %v", res, err)
+	}
+	quitter := start("quitter", "sh", "-c", "exit 7")
+	for i := 0; ; i++ {
+		st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: quitter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
+			if st.Status.ExitCode != 7 {
+				t.Errorf("the container's exit code %d, want 7", st.Status.ExitCode)
+			}
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the container never exited: %v", st.Status.State)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	if entries, _ := os.ReadDir(filepath.Join(c.dir, "shim", "home", "machines")); len(entries) > 0 {
+		t.Errorf("the pod's machine is left after RemovePodSandbox: %d machines", len(entries))
+	}
+}
+
+// writeNamedTarball writes img as a docker-save tarball tagged ref.
+func writeNamedTarball(t *testing.T, path, ref string, img v1.Image) {
+	t.Helper()
+	tag, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(path, tag, img); err != nil {
+		t.Fatal(err)
 	}
 }

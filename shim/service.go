@@ -22,6 +22,7 @@ import (
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
+	"golang.org/x/sys/unix"
 )
 
 // service is one shim process's task service: the containers of one group
@@ -276,19 +277,23 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	for _, e := range c.execs {
 		e.kill(syscall.SIGKILL)
 	}
-	c.unmount()
 	delete(s.containers, r.ID)
 	if len(s.containers) == 0 && s.machine != nil {
 		s.machine.Remove(context.Background(), true)
 		s.machine = nil
 	}
+	c.unmount()
 	s.publish(runtime.TaskDeleteEventTopic, &eventstypes.TaskDelete{ContainerID: r.ID, Pid: pid, ExitStatus: code, ExitedAt: at})
 	return &taskapi.DeleteResponse{Pid: pid, ExitStatus: code, ExitedAt: at}, nil
 }
 
+// unmount takes the container's root away from the host's view. The
+// mount is detached (MNT_DETACH): the machine's 9P server may still hold
+// descriptors in it (the guest's mounts in that root), and those go with
+// the files, not with the name.
 func (c *container) unmount() {
 	if c.mounted {
-		mount.UnmountAll(c.rootfs, 0)
+		mount.UnmountAll(c.rootfs, unix.MNT_DETACH)
 		c.mounted = false
 	}
 	os.Remove(c.rootfs)
