@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-devices smol vs QEMU microvm virtio blk/net/vsock throughput (ROUNDS=$(ROUNDS))"
 	@echo "make bench-machine machine exec/start/cp against smol run and a cat pipe, idle VMM memory (N=$(N))"
 	@echo "make bench-pack    pack size and time of a 500 MiB image vs zstd -3 (here), create --from + start vs the cached image's machine (box) (N=$(N))"
+	@echo "make bench-shim    a pod start through containerd's CRI and the shim vs smol run -- true (box) (N=$(N))"
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
@@ -126,6 +127,10 @@ bench-pack: build kernel box-kernel guest
 	$(GO) build -o bin/bench-pack ./bench/pack
 	@bin/bench-pack -only size -n $(N)
 	@bin/smolbox "bin/bench-pack -only start -n $(N)"
+
+bench-shim: build kernel box-kernel guest
+	$(GO) build -o bin/bench-shim ./bench/shim
+	@bin/smolbox "bin/bench-shim -n $(N)"
 
 bench-machine: build kernel box-kernel guest
 	$(GO) build -o bin/bench-machine ./bench/machine

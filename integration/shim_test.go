@@ -1,21 +1,18 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"net"
+	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol/internal/containerdtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -27,142 +24,36 @@ import (
 
 // containerdRun is one containerd daemon of a test.
 type containerdRun struct {
-	t       *testing.T
-	dir     string
-	ns      string // ctr's namespace
-	sock    string
-	env     []string
-	daemon  *exec.Cmd
-	stopped chan struct{}
+	*containerdtest.Daemon
+	t *testing.T
 }
 
-// startContainerd starts containerd with the shim on its PATH; cri
-// enables its CRI plugin with a "smol" runtime handler (ctr then works in
-// the k8s.io namespace, where the CRI plugin looks for images).
+// startContainerd starts a private containerd with the shim on its PATH
+// (with cri, its CRI plugin with the runtime handler "smol").
 func startContainerd(t *testing.T, cri bool) *containerdRun {
 	t.Helper()
-	if _, err := exec.LookPath("containerd"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("containerd is not installed (scripts/install-deps.sh installs it)")
-		}
-		t.Skip("containerd is not installed (scripts/install-deps.sh)")
-	}
 	shimBin := artifact(t, "bin/containerd-shim-smol-v2", "build")
-	dir := t.TempDir()
-	c := &containerdRun{t: t, dir: dir, sock: filepath.Join(dir, "containerd.sock"), ns: "smoltest"}
-	disabled := `["io.containerd.grpc.v1.cri"]`
-	if cri {
-		disabled = "[]"
+	d, err := containerdtest.Start(t.TempDir(), shimBin, cri)
+	if errors.Is(err, containerdtest.ErrNoContainerd) && os.Getenv("CI") == "" {
+		t.Skip(err)
 	}
-	config := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = %s
-[grpc]
-  address = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), disabled, c.sock)
-	if cri {
-		c.ns = "k8s.io"
-		os.MkdirAll(filepath.Join(dir, "cni", "conf"), 0o755)
-		config += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "smol"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.smol]
-      runtime_type = %q
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, pauseImage, shimRuntime, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o600)
-	c.env = append(os.Environ(), "PATH="+filepath.Dir(shimBin)+":"+os.Getenv("PATH"), "SMOL_SHIM_ROOT="+filepath.Join(dir, "shim"))
-	c.start()
-	t.Cleanup(c.cleanup)
-	return c
-}
-
-func (c *containerdRun) start() {
-	c.t.Helper()
-	log, _ := os.OpenFile(filepath.Join(c.dir, "containerd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	c.daemon = exec.Command("containerd", "--config", filepath.Join(c.dir, "config.toml"))
-	c.daemon.Env, c.daemon.Stdout, c.daemon.Stderr = c.env, log, log
-	if err := c.daemon.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.stopped = make(chan struct{})
-	go func() { c.daemon.Wait(); log.Close(); close(c.stopped) }()
-	for i := 0; ; i++ {
-		if conn, err := net.Dial("unix", c.sock); err == nil {
-			conn.Close()
-			return
-		}
-		if i == 300 {
-			c.t.Fatalf("containerd did not listen within 30 s; its log:\n%s", c.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stop kills containerd (its shims live on).
-func (c *containerdRun) stop() {
-	c.daemon.Process.Signal(syscall.SIGKILL)
-	<-c.stopped
-}
-
-func (c *containerdRun) log() string {
-	b, _ := os.ReadFile(filepath.Join(c.dir, "containerd.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func (c *containerdRun) cleanup() {
-	for _, id := range strings.Fields(c.ctrOut("tasks", "ls", "-q")) {
-		c.ctr("tasks", "kill", "-s", "SIGKILL", id)
-		time.Sleep(time.Second)
-		c.ctr("tasks", "delete", "-f", id)
-	}
-	for _, id := range strings.Fields(c.ctrOut("containers", "ls", "-q")) {
-		c.ctr("containers", "rm", id)
-	}
-	c.stop()
-}
-
-// ctr runs ctr against this containerd in namespace "smoltest".
-func (c *containerdRun) ctr(args ...string) (int, string, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"-a", c.sock, "-n", c.ns}, args...)...)
-	cmd.Env = c.env
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), o.String(), e.String()
-	} else if err != nil {
-		return -1, o.String(), err.Error()
-	}
-	return 0, o.String(), e.String()
-}
-
-func (c *containerdRun) ctrOut(args ...string) string {
-	_, out, _ := c.ctr(args...)
-	return out
+	t.Cleanup(d.Close)
+	return &containerdRun{Daemon: d, t: t}
 }
 
 func (c *containerdRun) mustCtr(args ...string) string {
 	c.t.Helper()
-	code, out, stderr := c.ctr(args...)
+	code, out, stderr := c.Ctr(args...)
 	if code != 0 {
-		c.t.Fatalf("ctr %v: exit %d: %s\ncontainerd log:\n%s", args, code, stderr, c.log())
+		c.t.Fatalf("ctr %v: exit %d: %s\ncontainerd log:\n%s", args, code, stderr, c.Log())
 	}
 	return out
 }
 
-const shimRuntime = "io.containerd.smol.v2"
+const shimRuntime = containerdtest.Runtime
 
 // TestShimRunsContainers: ctr run through the shim prints the command's
 // output and returns its status; a long-running task takes execs,
@@ -177,11 +68,11 @@ func TestShimRunsContainers(t *testing.T) {
 		t.Fatalf("imported images: %v", ref)
 	}
 	run := func(id string, args ...string) (int, string, string) {
-		return c.ctr(append([]string{"run", "--rm", "--runtime", shimRuntime, "--snapshotter", "native", ref[0], id}, args...)...)
+		return c.Ctr(append([]string{"run", "--rm", "--runtime", shimRuntime, "--snapshotter", "native", ref[0], id}, args...)...)
 	}
 	code, out, stderr := run("one", "sh", "-c", "echo hello from $(uname -s); cat /etc/hostname >/dev/null; exit 3")
 	if code != 3 || out != "hello from Linux\n" {
-		t.Fatalf("ctr run: exit %d, stdout %q, stderr %q\ncontainerd log:\n%s", code, out, stderr, c.log())
+		t.Fatalf("ctr run: exit %d, stdout %q, stderr %q\ncontainerd log:\n%s", code, out, stderr, c.Log())
 	}
 	if code, _, stderr := run("missing", "no-such-command"); code == 0 {
 		t.Errorf("a missing command: exit %d, %q", code, stderr)
@@ -195,19 +86,20 @@ func TestShimRunsContainers(t *testing.T) {
 	waitTask := func(want string) {
 		t.Helper()
 		for i := 0; i < 100; i++ {
-			if strings.Contains(c.ctrOut("tasks", "ls"), want) {
+			if strings.Contains(c.CtrOut("tasks", "ls"), want) {
 				return
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
-		t.Fatalf("task list never showed %q: %s", want, c.ctrOut("tasks", "ls"))
+		t.Fatalf("task list never showed %q: %s", want, c.CtrOut("tasks", "ls"))
 	}
 	waitTask("RUNNING")
 	if out := c.mustCtr("tasks", "exec", "--exec-id", "e1", "long", "sh", "-c", "cat /tmp/mark; echo exec-ok"); out != "started\nexec-ok\n" {
 		t.Errorf("ctr task exec: %q", out)
 	}
-	c.stop()
-	c.start()
+	if err := c.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	waitTask("RUNNING")
 	if out := c.mustCtr("tasks", "exec", "--exec-id", "e2", "long", "echo", "after-restart"); out != "after-restart\n" {
 		t.Errorf("exec after a containerd restart: %q", out)
@@ -217,7 +109,7 @@ func TestShimRunsContainers(t *testing.T) {
 	c.mustCtr("tasks", "delete", "long")
 	c.mustCtr("containers", "rm", "long")
 	time.Sleep(2 * time.Second)
-	if entries, _ := os.ReadDir(filepath.Join(c.dir, "shim", "home", "machines")); len(entries) > 0 {
+	if entries, _ := os.ReadDir(filepath.Join(c.ShimRoot(), "home", "machines")); len(entries) > 0 {
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
@@ -226,9 +118,7 @@ func TestShimRunsContainers(t *testing.T) {
 	}
 }
 
-// pauseImage is the sandbox image the CRI plugin is given: busybox
-// sleeping (a pod's sandbox container only holds the pod's place).
-const pauseImage = "docker.io/test/pause:1"
+const pauseImage = containerdtest.PauseImage
 
 // TestShimCRI acts as kubelet: a pod with runtime handler smol, two
 // containers in it that share its VM (one serves on localhost, the other
@@ -244,7 +134,7 @@ func TestShimCRI(t *testing.T) {
 	c.mustCtr("images", "import", "--snapshotter", "native", pauseTar)
 	appRef := "docker.io/test/pack:1"
 
-	conn, err := grpc.Dial("unix://"+c.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.Dial("unix://"+c.Sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +150,7 @@ func TestShimCRI(t *testing.T) {
 	}
 	sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "smol"})
 	if err != nil {
-		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.log())
+		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.Log())
 	}
 	start := func(name string, cmd ...string) string {
 		t.Helper()
@@ -268,10 +158,10 @@ func TestShimCRI(t *testing.T) {
 			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: appRef},
 				Command: cmd, LogPath: name + ".log"}})
 		if err != nil {
-			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.log())
+			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
 		if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
-			t.Fatalf("StartContainer %s: %v\ncontainerd log:\n%s", name, err, c.log())
+			t.Fatalf("StartContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
 		return cr.ContainerId
 	}
@@ -317,7 +207,7 @@ func TestShimCRI(t *testing.T) {
 		t.Fatalf("RemovePodSandbox: %v", err)
 	}
 	time.Sleep(2 * time.Second)
-	if entries, _ := os.ReadDir(filepath.Join(c.dir, "shim", "home", "machines")); len(entries) > 0 {
+	if entries, _ := os.ReadDir(filepath.Join(c.ShimRoot(), "home", "machines")); len(entries) > 0 {
 		t.Errorf("the pod's machine is left after RemovePodSandbox: %d machines", len(entries))
 	}
 }
