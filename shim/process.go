@@ -10,6 +10,7 @@ import (
 	"time"
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/log"
 	"github.com/containerd/fifo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
@@ -109,6 +110,7 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, exited func(*
 			code = ce.Code
 		case err != nil:
 			code = 255 // the machine failed under it
+			log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID).Error("smol: the process ended without an exit status")
 		}
 		closeAll(closers)
 		p.mu.Lock()

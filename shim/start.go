@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/log"
 	"github.com/containerd/containerd/namespaces"
 	cshim "github.com/containerd/containerd/runtime/v2/shim"
 	taskapi "github.com/containerd/containerd/runtime/v2/task"
@@ -100,8 +101,7 @@ func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) 
 	return &taskapi.DeleteResponse{ExitedAt: time.Now(), ExitStatus: 128 + uint32(syscall.SIGKILL)}, nil
 }
 
-// logf writes to the shim's log (containerd collects the daemon's stderr
-// into its own log).
+// logf writes to the shim's log, which containerd copies into its own.
 func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "containerd-shim-smol-v2: "+format+"\n", args...)
+	log.L.Errorf("smol: "+format, args...)
 }
