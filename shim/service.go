@@ -222,6 +222,13 @@ func (s *service) find(id, execID string) (*container, *process, error) {
 	return c, p, nil
 }
 
+// process finds a request's process, under the lock.
+func (s *service) process(id, execID string) (*container, *process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.find(id, execID)
+}
+
 // Start runs the container's init process or one of its execs.
 func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.StartResponse, error) {
 	s.mu.Lock()
@@ -321,9 +328,7 @@ func (s *service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*pty
 
 // State reports a process.
 func (s *service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
-	s.mu.Lock()
-	c, p, err := s.find(r.ID, r.ExecID)
-	s.mu.Unlock()
+	c, p, err := s.process(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
 	}
@@ -334,9 +339,7 @@ func (s *service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.
 
 // Kill signals a process (with All, every process of the container).
 func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*ptypes.Empty, error) {
-	s.mu.Lock()
-	c, p, err := s.find(r.ID, r.ExecID)
-	s.mu.Unlock()
+	c, p, err := s.process(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
 	}
@@ -358,9 +361,7 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*ptypes.Emp
 
 // Wait blocks until the process ends.
 func (s *service) Wait(ctx context.Context, r *taskapi.WaitRequest) (*taskapi.WaitResponse, error) {
-	s.mu.Lock()
-	_, p, err := s.find(r.ID, r.ExecID)
-	s.mu.Unlock()
+	_, p, err := s.process(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
 	}
@@ -417,9 +418,7 @@ func (s *service) lifecycle(ctx context.Context, id string, pause bool) (*ptypes
 
 // ResizePty resizes a process's terminal.
 func (s *service) ResizePty(ctx context.Context, r *taskapi.ResizePtyRequest) (*ptypes.Empty, error) {
-	s.mu.Lock()
-	_, p, err := s.find(r.ID, r.ExecID)
-	s.mu.Unlock()
+	_, p, err := s.process(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
 	}
@@ -432,9 +431,7 @@ func (s *service) ResizePty(ctx context.Context, r *taskapi.ResizePtyRequest) (*
 
 // CloseIO ends a process's stdin.
 func (s *service) CloseIO(ctx context.Context, r *taskapi.CloseIORequest) (*ptypes.Empty, error) {
-	s.mu.Lock()
-	_, p, err := s.find(r.ID, r.ExecID)
-	s.mu.Unlock()
+	_, p, err := s.process(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,43 @@
+package shim
+
+import (
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/smolvm/smol/machine"
+)
+
+// TestMachineNames: every namespace and group gets its own valid machine
+// name, the same one every time.
+func TestMachineNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, g := range [][2]string{{"default", "a"}, {"k8s.io", "a"}, {"default", "b"}, {"default/a", ""}} {
+		n := machineName(g[0], g[1])
+		if err := machine.ValidateName(n); err != nil {
+			t.Errorf("%v: %v", g, err)
+		}
+		if seen[n] {
+			t.Errorf("%v: %s twice", g, n)
+		}
+		seen[n] = true
+		if machineName(g[0], g[1]) != n {
+			t.Errorf("%v: not stable", g)
+		}
+	}
+}
+
+// TestCommandFromSpec: the OCI process becomes the agent's command in the
+// container's root, as numeric uid:gid, with its terminal.
+func TestCommandFromSpec(t *testing.T) {
+	p := newProcess("c1", "", "/run/smol/containers/c1", &specs.Process{
+		Args: []string{"sh", "-c", "id"}, Env: []string{"A=1"}, Cwd: "/srv", Terminal: true,
+		User: specs.User{UID: 1000, GID: 100}, ConsoleSize: &specs.Box{Height: 40, Width: 120},
+	}, "", "", "", false)
+	c := p.command()
+	if c.Root != "/run/smol/containers/c1" || c.User != "1000:100" || c.Dir != "/srv" || !c.TTY || c.Rows != 40 || c.Cols != 120 || len(c.Args) != 3 || c.Env[0] != "A=1" {
+		t.Errorf("command %+v", c)
+	}
+	if p.kill(9) {
+		t.Error("a process not started took a signal")
+	}
+}
