@@ -89,7 +89,9 @@ func TestMachineLifecycle(t *testing.T) {
 		t.Errorf("after create: %s", s.State)
 	}
 	startMachine(t, home, "m1")
-	mustMachine(t, home, "exec", "m1", "--", "sh", "-c", "echo persisted > /root/f")
+	// Synced: a guest the box kills later (its known failure, retried
+	// below) must not take the file with it.
+	mustMachine(t, home, "exec", "m1", "--", "sh", "-c", "echo persisted > /root/f && sync")
 
 	t.Run("concurrent execs", func(t *testing.T) {
 		var wg sync.WaitGroup
