@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/internal/atomicfile"
 	"github.com/smolvm/smol/internal/sparsefile"
 	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/virtio/blk"
@@ -326,25 +327,13 @@ func copyDisk(src, dst string) error {
 		return err
 	}
 	defer d.Close()
-	f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
 	v := d.View()
-	err = sparsefile.Copy(f, v, 0, 0, v.Size())
-	if err == nil {
-		err = f.Truncate(v.Size())
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-	}
-	return err
+	return atomicfile.CreateWith(dst, func(f *os.File) error {
+		if err := sparsefile.Copy(f, v, 0, 0, v.Size()); err != nil {
+			return err
+		}
+		return f.Truncate(v.Size())
+	})
 }
 
 // cloneDisks gives child copy-on-write clones of the parent's writable

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/smolvm/smol/imagefs"
+	"github.com/smolvm/smol/internal/atomicfile"
 	"github.com/smolvm/smol/internal/units"
 	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/pack"
@@ -75,18 +76,7 @@ func unpack(r *pack.Reader, own []string, progress io.Writer) (shared, private s
 		if s, ok := r.Manifest.Section(section); ok && progress != nil {
 			fmt.Fprintf(progress, "unpacking %s (%s)\n", section, units.FormatSize(s.Size))
 		}
-		f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		err = r.Extract(section, f)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return atomicfile.CreateWith(dst, func(f *os.File) error { return r.Extract(section, f) })
 	}
 	for _, name := range own {
 		if _, ok := r.Manifest.Section(name); ok {

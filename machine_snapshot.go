@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smolvm/smol/internal/atomicfile"
 	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/snapshot"
 )
@@ -225,19 +226,8 @@ const rootDiskFile = "root.ext4"
 
 // extractRegion writes a disk region of the snapshot to a new file.
 func extractRegion(r *snapshot.Reader, region, dst string) error {
-	f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	err := atomicfile.CreateWith(dst, func(f *os.File) error { return r.CopyRegion(region, f) })
 	if err != nil {
-		return err
-	}
-	err = r.CopyRegion(region, f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
 		return fmt.Errorf("%s: %w", region, err)
 	}
 	return nil

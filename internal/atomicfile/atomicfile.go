@@ -28,16 +28,29 @@ func Write(path string, data []byte) error {
 
 // Create makes path, which must not exist, holding data, synced (0600).
 func Create(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	return CreateWith(path, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// CreateWith makes path, which must not exist, private to the user
+// (0600), has fill write it, and syncs it; on any failure path is
+// removed, so it holds a whole file or nothing.
+func CreateWith(path string, fill func(*os.File) error) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = fill(f)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
 	}
 	return err
 }
