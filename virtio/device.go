@@ -10,6 +10,7 @@ const (
 	IDConsole DeviceID = 3
 	IDRNG     DeviceID = 4
 	IDBalloon DeviceID = 5
+	IDGPU     DeviceID = 16
 	IDVsock   DeviceID = 19
 )
 
