@@ -146,6 +146,9 @@ func createFromPack(st *machine.Store, c MachineConfig) (_ *NamedMachine, err er
 	if c.Net == nil && pm.Net != nil {
 		spec.Net = &machine.Net{AllowHosts: pm.Net.AllowHosts, AllowCIDRs: pm.Net.AllowCIDRs, DNS: pm.Net.DNS}
 	}
+	if c.GPU == nil && pm.GPU != nil {
+		spec.GPU = &machine.GPU{Width: pm.GPU.Width, Height: pm.GPU.Height}
+	}
 	if live {
 		spec.Generation = 1 // a copy of the packed machine, as a restore is
 	}
@@ -252,6 +255,9 @@ func RunPacked(ctx context.Context, path string, cfg Config, cmd Command) (int, 
 	}
 	if cfg.Net == nil && pm.Net != nil {
 		cfg.Net = &Net{AllowHosts: pm.Net.AllowHosts, AllowCIDRs: pm.Net.AllowCIDRs, DNS: pm.Net.DNS}
+	}
+	if cfg.GPU == nil && pm.GPU != nil {
+		cfg.GPU = &GPU{Width: pm.GPU.Width, Height: pm.GPU.Height}
 	}
 	if _, ok := r.Manifest.Section(pack.Storage); ok {
 		// The packed writable layer, copied: the guest's changes go with it.

@@ -53,6 +53,9 @@ func (m *NamedMachine) mustRun(what string) error {
 	if len(m.spec.Volumes) > 0 {
 		return fmt.Errorf("machine %s has host directories (-v): it cannot %s (the files its guest has open in them are its VMM's)", m.spec.Name, what)
 	}
+	if m.spec.GPU != nil {
+		return fmt.Errorf("machine %s has a display (--gpu): it cannot %s (the display's state is not saved yet)", m.spec.Name, what)
+	}
 	st, err := m.store.Status(m.spec.Name)
 	if err != nil {
 		return err

@@ -115,6 +115,9 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	for _, d := range spec.Disks {
 		cfg.Disks = append(cfg.Disks, Disk{Path: d.Path, ReadOnly: d.ReadOnly})
 	}
+	if g := spec.GPU; g != nil {
+		cfg.GPU = &GPU{Width: g.Width, Height: g.Height}
+	}
 	for _, v := range spec.Volumes {
 		cfg.Volumes = append(cfg.Volumes, Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly})
 	}
@@ -214,6 +217,15 @@ func (b *machineBackend) Info() machine.Info {
 		info.Image = b.spec.Image.Ref
 	}
 	return info
+}
+
+// Display is the machine's screen, nil without --gpu. (A nil *gpu.Device
+// must not become a non-nil interface.)
+func (b *machineBackend) Display() machine.Display {
+	if d := b.m.vm.GPU(); d != nil {
+		return d
+	}
+	return nil
 }
 
 // Pause parks the vCPUs and records the state for readers of the files.

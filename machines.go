@@ -1,6 +1,7 @@
 package smol
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/devices/gpu"
 	"github.com/smolvm/smol/imagefs"
 	"github.com/smolvm/smol/internal/tarcopy"
 	"github.com/smolvm/smol/internal/termsafe"
@@ -56,6 +58,8 @@ type MachineConfig struct {
 	// (AllowHosts, AllowCIDRs and DNS apply; a TAP is refused); nil: none.
 	// Its egress log is kept with the machine (Events).
 	Net *Net
+	// GPU gives the machine a display (NamedMachine.Screenshot); nil: none.
+	GPU *GPU
 }
 
 // DefaultStorage is the size of a machine's writable layer: a sparse
@@ -138,6 +142,13 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 			return nil, errors.New("a machine's network is smol's gateway: it takes no TAP or MAC")
 		}
 		spec.Net = &machine.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
+	}
+	if g := c.GPU; g != nil {
+		w, h := cmp.Or(g.Width, gpu.DefaultWidth), cmp.Or(g.Height, gpu.DefaultHeight)
+		if err := gpu.CheckSize(w, h); err != nil {
+			return nil, err
+		}
+		spec.GPU = &machine.GPU{Width: w, Height: h}
 	}
 	vols, err := checkVolumes(c.Volumes)
 	if err != nil {

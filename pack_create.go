@@ -257,6 +257,9 @@ func packSource(ctx context.Context, c PackConfig) (*packInput, error) {
 		if n := sp.Net; n != nil {
 			m.Machine.Net = &pack.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS}
 		}
+		if g := sp.GPU; g != nil {
+			m.Machine.GPU = &pack.GPU{Width: g.Width, Height: g.Height}
+		}
 	}
 	if kernel == "" {
 		if kernel, err = DefaultKernel(); err != nil {

@@ -62,6 +62,9 @@ type Config struct {
 	Volumes []Volume
 	Net     *Net   // optional network: smol's userspace gateway, or a host TAP
 	Vsock   *Vsock // optional host<->guest sockets
+	// GPU gives the guest a display (virtio-gpu: /dev/dri/card0 and
+	// /dev/fb0) that Machine.Screenshot reads; nil: none.
+	GPU *GPU
 	// EgressLog receives the gateway's egress log, one JSON line per flow
 	// and per denied name (gateway.Event); nil discards it.
 	EgressLog io.Writer
@@ -78,6 +81,9 @@ type Config struct {
 // Disk is a raw disk image given to the guest as a virtio block device.
 // The first disk is /dev/vda, the second /dev/vdb, and so on.
 type Disk = vmm.Disk
+
+// GPU is a display of Width x Height pixels (zero: 1280x800), see vmm.GPU.
+type GPU = vmm.GPU
 
 // Vsock gives the guest a virtio-vsock device whose host side is Unix
 // sockets (see vmm.Vsock).
@@ -170,6 +176,7 @@ func (cfg Config) vmmConfig() vmm.Config {
 			Vsock:   cfg.Vsock,
 			Entropy: !cfg.NoEntropy,
 			Balloon: !cfg.NoBalloon,
+			GPU:     cfg.GPU,
 		},
 	}
 }

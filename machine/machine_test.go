@@ -147,6 +147,7 @@ type fakeVMM struct {
 	snapshot     string
 	withoutDisks bool
 	forked       []ForkRequest
+	display      Display
 }
 
 func (f *fakeVMM) Info() Info { return Info{Name: "m", State: f.state, CPUs: 1} }
@@ -184,6 +185,7 @@ func (f *fakeVMM) Snapshot(r SnapshotRequest) error {
 	return nil
 }
 func (f *fakeVMM) Fork(r ForkRequest) error { f.forked = append(f.forked, r); return nil }
+func (f *fakeVMM) Display() Display         { return f.display }
 
 // TestSnapshotAndForkRequests: the API passes good requests on and
 // refuses bad ones itself, before the VMM sees them.

@@ -30,6 +30,8 @@ type Backend interface {
 	Snapshot(req SnapshotRequest) error
 	// Fork starts the children of a fork (ForkRequest).
 	Fork(req ForkRequest) error
+	// Display is the machine's screen, nil without one.
+	Display() Display
 }
 
 // Server serves the control API of one machine.
@@ -50,6 +52,8 @@ func NewServer(b Backend) *Server {
 	mux.HandleFunc("POST /v1/resume", s.lifecycle(Backend.Resume))
 	mux.HandleFunc("POST /v1/snapshot", s.snapshot)
 	mux.HandleFunc("POST /v1/fork", s.fork)
+	mux.HandleFunc("GET /v1/screen", s.screen)
+	mux.HandleFunc("GET /v1/display", s.display)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})

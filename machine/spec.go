@@ -36,6 +36,7 @@ type Spec struct {
 	User    string   `json:"user,omitempty"`
 
 	Net *Net `json:"net,omitempty"` // nil: no network
+	GPU *GPU `json:"gpu,omitempty"` // nil: no display
 
 	// Generation counts the forks and restores between this machine and
 	// the one first created (agent.Identity); Parent names the machine it
@@ -50,6 +51,12 @@ type Spec struct {
 	Kernel string `json:"kernel,omitempty"`
 	Agent  string `json:"agent,omitempty"`
 	Pack   string `json:"pack,omitempty"`
+}
+
+// GPU is a machine's display (smol machine create --gpu).
+type GPU struct {
+	Width  uint32 `json:"width"`
+	Height uint32 `json:"height"`
 }
 
 // check validates a fork request's names.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/smolvm/smol/devices/gpu"
 )
 
 // The format's version: a file of another major version is refused; a
@@ -65,6 +67,13 @@ type Machine struct {
 	Image      string   `json:"image,omitempty"`  // the reference it was packed from
 	Digest     string   `json:"digest,omitempty"` // that image's digest
 	Net        *Net     `json:"net,omitempty"`    // nil: no network
+	GPU        *GPU     `json:"gpu,omitempty"`    // nil: no display
+}
+
+// GPU is a packed machine's display size.
+type GPU struct {
+	Width  uint32 `json:"width"`
+	Height uint32 `json:"height"`
 }
 
 // Net is a packed machine's network policy (smol's gateway).
@@ -107,6 +116,11 @@ func (m *Manifest) check(dataStart, size int64) error {
 	}
 	if s := m.Machine.Storage; s != 0 && (s < 64<<20 || s > 1<<44) {
 		return formatErr("a writable layer of %d bytes", s)
+	}
+	if g := m.Machine.GPU; g != nil {
+		if err := gpu.CheckSize(g.Width, g.Height); err != nil {
+			return formatErr("%v", err)
+		}
 	}
 	// What smol prints of a pack: plain text, or it could drive the
 	// terminal that shows it.

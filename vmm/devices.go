@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/smolvm/smol/devices/gpu"
 	"github.com/smolvm/smol/netdev/gateway"
 	"github.com/smolvm/smol/netdev/policy"
 	"github.com/smolvm/smol/netdev/tap"
@@ -38,6 +39,16 @@ type Devices struct {
 	// Balloon adds a virtio-balloon device with free page reporting:
 	// memory the guest frees goes back to the host.
 	Balloon bool `json:"balloon,omitempty"`
+	// GPU adds a display (virtio-gpu, package devices/gpu).
+	GPU *GPU `json:"gpu,omitempty"`
+}
+
+// GPU is a virtio-gpu display: the guest gets /dev/dri/card0 and /dev/fb0
+// of this size, and the host reads the screen (Machine.GPU).
+type GPU struct {
+	// Width and Height are the display's size; zero means 1280x800.
+	Width  uint32 `json:"width,omitempty"`
+	Height uint32 `json:"height,omitempty"`
 }
 
 // Disk is a raw disk image given to the guest as a virtio block device.
@@ -102,7 +113,7 @@ const GatewayGuestMAC = "52:54:00:12:34:56"
 // DeviceInfo says where the device manager put a device and what
 // identifies it to the guest.
 type DeviceInfo struct {
-	Kind     string // "blk", "net", "vsock", "rng", "balloon", "serial", "i8042", "power", "boot-timer", "pvpanic"
+	Kind     string // "blk", "net", "vsock", "rng", "balloon", "gpu", "9p", "serial", "i8042", "power", "boot-timer", "pvpanic"
 	Bus      string // "mmio" or "pio"
 	Addr     uint64 // first register (MMIO address or port)
 	Size     uint64
@@ -166,6 +177,15 @@ func openVirtio(spec Devices, mem *memory.Guest, egressLog io.Writer) (devs []vi
 	}
 	if spec.Entropy {
 		devs = append(devs, rng.New())
+	}
+	if spec.GPU != nil {
+		dev, err := gpu.New(gpu.Config{Width: spec.GPU.Width, Height: spec.GPU.Height})
+		if err != nil {
+			return devs, spec, err
+		}
+		w, h := dev.Size()
+		resolved.GPU = &GPU{Width: w, Height: h}
+		devs = append(devs, dev)
 	}
 	if spec.Balloon {
 		dev, err := balloon.New(balloon.Config{Discarder: mem})
@@ -305,6 +325,9 @@ func identityOf(dev virtio.Device) string {
 		return fmt.Sprintf("cid %d", d.CID())
 	case *ninep.Device:
 		return "tag " + d.Tag()
+	case *gpu.Device:
+		w, h := d.Size()
+		return fmt.Sprintf("%dx%d", w, h)
 	}
 	return ""
 }
@@ -324,6 +347,8 @@ func kindOf(dev virtio.Device) string {
 		return "balloon"
 	case ninep.ID:
 		return "9p"
+	case virtio.IDGPU:
+		return "gpu"
 	}
 	return fmt.Sprintf("virtio-%d", dev.ID())
 }

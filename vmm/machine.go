@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smolvm/smol/devices/gpu"
 	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
@@ -98,6 +99,7 @@ type Machine struct {
 	devices    []virtio.Device // in guest order
 	virtio     []*virtioDevice // devices[i] on its transport, once wired
 	balloon    *balloon.Device // also in devices; nil without one
+	gpu        *gpu.Device     // also in devices; nil without one
 	deviceInfo []DeviceInfo
 
 	processStart time.Time
@@ -152,8 +154,11 @@ func New(cfg Config) (_ *Machine, err error) {
 		return nil, err
 	}
 	for _, dev := range m.devices {
-		if b, ok := dev.(*balloon.Device); ok {
-			m.balloon = b
+		switch d := dev.(type) {
+		case *balloon.Device:
+			m.balloon = d
+		case *gpu.Device:
+			m.gpu = d
 		}
 	}
 	// Loading the kernel and initrd (mostly page faults on fresh guest
@@ -472,6 +477,9 @@ func (m *Machine) BootProtocol() string {
 
 // Balloon returns the balloon device, or nil when Config.Balloon was false.
 func (m *Machine) Balloon() *balloon.Device { return m.balloon }
+
+// GPU returns the display device, or nil when the machine has none.
+func (m *Machine) GPU() *gpu.Device { return m.gpu }
 
 // Memory returns the guest's RAM.
 func (m *Machine) Memory() *memory.Guest { return m.mem }

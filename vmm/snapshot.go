@@ -248,9 +248,17 @@ func cpuVendor(s VCPUState) string {
 // descriptors, which no file or other process can take over.
 var ErrSharesNotSavable = errors.New("a machine with host directories (-v) cannot be snapshotted, forked or packed live")
 
+// ErrGPUNotSavable refuses a snapshot or fork of a machine with a
+// display: the host's copies of its resources are not part of the
+// snapshot format yet, and a restored guest driver would find them gone.
+var ErrGPUNotSavable = errors.New("a machine with a display (--gpu) cannot be snapshotted, forked or packed live")
+
 func (m *Machine) savable() error {
 	if len(m.spec.Shares) > 0 {
 		return ErrSharesNotSavable
+	}
+	if m.spec.GPU != nil {
+		return ErrGPUNotSavable
 	}
 	return nil
 }

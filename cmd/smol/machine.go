@@ -44,6 +44,7 @@ Commands:
   restore PATH --name NEW           a new machine from a snapshot, continuing where it was
   fork NAME [--count N] [--name-prefix P] [--template]
                                     branch it into N running children (copy-on-write RAM and disks)
+  screenshot NAME -o FILE           its screen as PNG (a machine created with --gpu)
   rm [-f] NAME                      remove it and its files (-f: even if running)
   run [flags] -- CMD ARGS...        the same as smol run
 
@@ -93,6 +94,8 @@ func machineCommand(args []string) (int, error) {
 		return 0, machineLog("events", rest, (*smol.NamedMachine).Events)
 	case "rm":
 		return 0, machineRemove(rest)
+	case "screenshot":
+		return 0, machineScreenshot(rest)
 	case "run":
 		return runCommand(rest)
 	case "help", "-h", "--help":
@@ -153,6 +156,7 @@ func machineCreate(args []string) error {
 	workdir := fs.StringP("workdir", "w", "", "every exec's working directory (default: the image's WORKDIR)")
 	user := fs.StringP("user", "u", "", "run execs as USER[:GROUP] (default: the image's USER)")
 	network := addNetFlags(fs)
+	display := addGPUFlags(fs)
 	names, err := parse(fs, args, 1)
 	if err != nil {
 		return err
@@ -176,6 +180,9 @@ func machineCreate(args []string) error {
 		return err
 	}
 	if c.Volumes, err = parseVolumes(*volumes); err != nil {
+		return err
+	}
+	if c.GPU, err = display.config(); err != nil {
 		return err
 	}
 	st, err := smol.ParseSize(*storage)

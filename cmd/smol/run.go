@@ -27,6 +27,7 @@ func runCommand(args []string) (int, error) {
 	disks := fs.StringArray("disk", nil, "raw disk image as a virtio block device, PATH or PATH:ro; repeatable, the first is /dev/vda")
 	volumes := fs.StringArrayP("volume", "v", nil, "share the host directory HOST with the guest at GUEST: HOST:GUEST[:ro] (virtio-9p; confined to HOST); repeatable")
 	network := addNetFlags(fs)
+	display := addGPUFlags(fs)
 	egressLog := fs.String("egress-log", "", "append the network gateway's egress log (one JSON line per flow and denied name) to FILE, kept under 2 MiB")
 	netTAP := fs.String("net-tap", "", "give the guest a network device on host TAP interface NAME (created if needed; needs CAP_NET_ADMIN)")
 	mac := fs.String("mac", "", "the guest's MAC address with --net-tap (default: derived from the TAP name)")
@@ -88,6 +89,9 @@ func runCommand(args []string) (int, error) {
 		return 0, err
 	}
 	if cfg.Volumes, err = parseVolumes(*volumes); err != nil {
+		return 0, err
+	}
+	if cfg.GPU, err = display.config(); err != nil {
 		return 0, err
 	}
 	switch {

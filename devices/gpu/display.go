@@ -15,12 +15,15 @@ type scanout struct {
 type Cursor struct {
 	// Visible is false until the guest sets a cursor image, and after it
 	// hides the cursor (resource 0).
-	Visible bool
+	Visible bool `json:"visible"`
 	// X and Y are the pointer's position on the display; HotX and HotY
 	// the hotspot within the image.
-	X, Y, HotX, HotY uint32
+	X    uint32 `json:"x"`
+	Y    uint32 `json:"y"`
+	HotX uint32 `json:"hotX"`
+	HotY uint32 `json:"hotY"`
 	// Updates counts UPDATE_CURSOR and MOVE_CURSOR commands.
-	Updates uint64
+	Updates uint64 `json:"updates"`
 }
 
 // ErrNoScanout is Screenshot's error while the guest shows nothing: it

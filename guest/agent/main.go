@@ -42,6 +42,7 @@ func main() {
 		fatal(err) // a command must not run without the directories it was given
 	}
 	linkDevices()
+	lightDisplay()
 	if err := configureNetwork(); err != nil {
 		logf("network: %v", err) // the command runs, without the network
 	}

@@ -23,6 +23,8 @@
 //	nettool get URL                    print the body of an HTTP or HTTPS GET
 //	nettool dial ADDR                  TCP connect to ADDR; print how long it took
 //	nettool udp-echo ADDR N            send N datagrams to ADDR and check the echoes
+//	nettool cursor X0 Y0 X1 Y1 SECONDS show the display's cursor at X0,Y0, move it to
+//	                                   X1,Y1 and hold it there for SECONDS (DRM)
 //
 // Measurements print one line each, "nettool-result NAME VALUE UNIT" (MB
 // is 10^6 bytes), for a benchmark reading the console; a failed measurement
@@ -35,6 +37,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,6 +70,9 @@ func main() {
 			qd = atoi(args[2])
 		}
 		check(diskBench(args[0], seconds(args[1]), qd))
+	case "cursor":
+		need(5)
+		check(cursor(int32(atoi(args[0])), int32(atoi(args[1])), int32(atoi(args[2])), int32(atoi(args[3])), time.Duration(seconds(args[4])*float64(time.Second))))
 	case "fs":
 		need(2)
 		check(fsBench(args[0], atoi(args[1])))
