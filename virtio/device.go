@@ -11,6 +11,7 @@ const (
 	IDRNG     DeviceID = 4
 	IDBalloon DeviceID = 5
 	IDGPU     DeviceID = 16
+	IDInput   DeviceID = 18
 	IDVsock   DeviceID = 19
 )
 

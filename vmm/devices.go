@@ -13,6 +13,7 @@ import (
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
 	"github.com/smolvm/smol/virtio/blk"
+	"github.com/smolvm/smol/virtio/input"
 	vnet "github.com/smolvm/smol/virtio/net"
 	"github.com/smolvm/smol/virtio/ninep"
 	"github.com/smolvm/smol/virtio/rng"
@@ -44,7 +45,8 @@ type Devices struct {
 }
 
 // GPU is a virtio-gpu display: the guest gets /dev/dri/card0 and /dev/fb0
-// of this size, and the host reads the screen (Machine.GPU).
+// of this size, and the host reads the screen (Machine.GPU); with it come
+// a virtio-input keyboard and tablet (Machine.Keyboard, Machine.Tablet).
 type GPU struct {
 	// Width and Height are the display's size; zero means 1280x800.
 	Width  uint32 `json:"width,omitempty"`
@@ -185,7 +187,9 @@ func openVirtio(spec Devices, mem *memory.Guest, egressLog io.Writer) (devs []vi
 		}
 		w, h := dev.Size()
 		resolved.GPU = &GPU{Width: w, Height: h}
-		devs = append(devs, dev)
+		// A display comes with a keyboard and a tablet, the input a
+		// viewer sends (virtio-input).
+		devs = append(devs, dev, input.New(input.Keyboard), input.New(input.Tablet))
 	}
 	if spec.Balloon {
 		dev, err := balloon.New(balloon.Config{Discarder: mem})
@@ -328,6 +332,11 @@ func identityOf(dev virtio.Device) string {
 	case *gpu.Device:
 		w, h := d.Size()
 		return fmt.Sprintf("%dx%d", w, h)
+	case *input.Device:
+		if d.Kind() == input.Tablet {
+			return "tablet"
+		}
+		return "keyboard"
 	}
 	return ""
 }
@@ -349,6 +358,8 @@ func kindOf(dev virtio.Device) string {
 		return "9p"
 	case virtio.IDGPU:
 		return "gpu"
+	case virtio.IDInput:
+		return "input"
 	}
 	return fmt.Sprintf("virtio-%d", dev.ID())
 }

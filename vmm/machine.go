@@ -14,6 +14,7 @@ import (
 	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
+	"github.com/smolvm/smol/virtio/input"
 	"github.com/smolvm/smol/vmm/acpi"
 	"github.com/smolvm/smol/vmm/boot"
 	"github.com/smolvm/smol/vmm/memory"
@@ -100,6 +101,8 @@ type Machine struct {
 	virtio     []*virtioDevice // devices[i] on its transport, once wired
 	balloon    *balloon.Device // also in devices; nil without one
 	gpu        *gpu.Device     // also in devices; nil without one
+	keyboard   *input.Device   // with gpu
+	tablet     *input.Device   // with gpu
 	deviceInfo []DeviceInfo
 
 	processStart time.Time
@@ -159,6 +162,12 @@ func New(cfg Config) (_ *Machine, err error) {
 			m.balloon = d
 		case *gpu.Device:
 			m.gpu = d
+		case *input.Device:
+			if d.Kind() == input.Tablet {
+				m.tablet = d
+			} else {
+				m.keyboard = d
+			}
 		}
 	}
 	// Loading the kernel and initrd (mostly page faults on fresh guest
@@ -480,6 +489,11 @@ func (m *Machine) Balloon() *balloon.Device { return m.balloon }
 
 // GPU returns the display device, or nil when the machine has none.
 func (m *Machine) GPU() *gpu.Device { return m.gpu }
+
+// Keyboard and Tablet return the display's input devices, nil without a
+// display.
+func (m *Machine) Keyboard() *input.Device { return m.keyboard }
+func (m *Machine) Tablet() *input.Device   { return m.tablet }
 
 // Memory returns the guest's RAM.
 func (m *Machine) Memory() *memory.Guest { return m.mem }
