@@ -219,11 +219,11 @@ func (b *machineBackend) Info() machine.Info {
 	return info
 }
 
-// Display is the machine's screen, nil without --gpu. (A nil *gpu.Device
+// Display is the machine's screen, nil without --gpu. (A nil display
 // must not become a non-nil interface.)
 func (b *machineBackend) Display() machine.Display {
-	if d := b.m.vm.GPU(); d != nil {
-		return d
+	if s := b.m.screen(); s != nil {
+		return s
 	}
 	return nil
 }

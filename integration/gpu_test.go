@@ -5,7 +5,9 @@ import (
 	"context"
 	stdimage "image"
 	"image/png"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,53 +26,9 @@ import (
 // side; a machine without a display and bad flags get one line each.
 func TestDisplayScreenshotAndCursor(t *testing.T) {
 	home := t.TempDir()
-	const w, h = 640, 480
-	mustMachine(t, home, "create", "gpu", "--gpu", "--gpu-size", "640x480", "--cpus", "1", "--mem", "256M", "--storage", "1G")
-	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "gpu") })
-	startMachine(t, home, "gpu")
-
-	out := mustMachine(t, home, "exec", "gpu", "--", "sh", "-c",
-		"ls /dev/dri/card0 /dev/fb0 && cat /sys/class/graphics/fb0/virtual_size /sys/class/graphics/fb0/stride /sys/class/graphics/fb0/bits_per_pixel")
-	if want := "/dev/dri/card0\n/dev/fb0\n640,480\n2560\n32\n"; out != want {
-		t.Fatalf("the guest's display devices:\n%s\nwant:\n%s", out, want)
-	}
-
-	// The pattern in /dev/fb0's format (XRGB8888: bytes B, G, R, X) and
-	// the picture it must show as.
-	raw := make([]byte, w*h*4)
-	want := stdimage.NewRGBA(stdimage.Rect(0, 0, w, h))
-	for y := 0; y < h; y++ {
-		for x := 0; x < w; x++ {
-			r, g, b := byte(x), byte(y), byte(x^y)
-			p := raw[(y*w+x)*4:]
-			p[0], p[1], p[2], p[3] = b, g, r, 0
-			i := want.PixOffset(x, y)
-			want.Pix[i], want.Pix[i+1], want.Pix[i+2], want.Pix[i+3] = r, g, b, 0xff
-		}
-	}
+	displayMachine(t, home, "gpu")
 	dir := t.TempDir()
-	patternFile := filepath.Join(dir, "pattern")
-	if err := os.WriteFile(patternFile, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mustMachine(t, home, "cp", patternFile, "gpu:/tmp/pattern")
-	mustMachine(t, home, "exec", "gpu", "--", "sh", "-c", "cat /tmp/pattern > /dev/fb0")
-
-	// The fbdev layer flushes damage after a short delay: poll.
 	shot := filepath.Join(dir, "shot.png")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		mustMachine(t, home, "screenshot", "gpu", "-o", shot)
-		got := decodePNG(t, shot)
-		diff := differingPixels(got, want)
-		if diff == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the screenshot (%v) differs from the pattern in %d pixels", got.Bounds(), diff)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 
 	// The cursor, set and moved through DRM by a guest program that holds
 	// the device meanwhile.
@@ -81,14 +39,14 @@ func TestDisplayScreenshotAndCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		info, err := m.Display(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c := info.Cursor; c.Visible && c.X == 300 && c.Y == 200 {
-			if info.Width != w || info.Height != h {
+			if info.Width != displayW || info.Height != displayH {
 				t.Errorf("display info %+v", info)
 			}
 			break
@@ -157,4 +115,144 @@ func differingPixels(got, want *stdimage.RGBA) int {
 		}
 	}
 	return n
+}
+
+// The display's size in these tests.
+const displayW, displayH = 640, 480
+
+// displayMachine creates and starts a machine with a 640x480 display,
+// checks the guest's display devices, has the guest write a pattern to
+// /dev/fb0 and waits until `smol machine screenshot` returns it
+// pixel-exact; it returns the pattern as the picture it must show as.
+func displayMachine(t *testing.T, home, name string) *stdimage.RGBA {
+	t.Helper()
+	const w, h = displayW, displayH
+	mustMachine(t, home, "create", name, "--gpu", "--gpu-size", "640x480", "--cpus", "1", "--mem", "256M", "--storage", "1G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
+	startMachine(t, home, name)
+
+	out := mustMachine(t, home, "exec", name, "--", "sh", "-c",
+		"ls /dev/dri/card0 /dev/fb0 && cat /sys/class/graphics/fb0/virtual_size /sys/class/graphics/fb0/stride /sys/class/graphics/fb0/bits_per_pixel")
+	if want := "/dev/dri/card0\n/dev/fb0\n640,480\n2560\n32\n"; out != want {
+		t.Fatalf("the guest's display devices:\n%s\nwant:\n%s", out, want)
+	}
+
+	// The pattern in /dev/fb0's format (XRGB8888: bytes B, G, R, X) and
+	// the picture it must show as.
+	raw := make([]byte, w*h*4)
+	want := stdimage.NewRGBA(stdimage.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			r, g, b := byte(x), byte(y), byte(x^y)
+			p := raw[(y*w+x)*4:]
+			p[0], p[1], p[2], p[3] = b, g, r, 0
+			i := want.PixOffset(x, y)
+			want.Pix[i], want.Pix[i+1], want.Pix[i+2], want.Pix[i+3] = r, g, b, 0xff
+		}
+	}
+	dir := t.TempDir()
+	patternFile := filepath.Join(dir, "pattern")
+	if err := os.WriteFile(patternFile, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustMachine(t, home, "cp", patternFile, name+":/tmp/pattern")
+	mustMachine(t, home, "exec", name, "--", "sh", "-c", "cat /tmp/pattern > /dev/fb0")
+
+	// The fbdev layer flushes damage after a short delay: poll.
+	shot := filepath.Join(dir, "shot.png")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mustMachine(t, home, "screenshot", name, "-o", shot)
+		got := decodePNG(t, shot)
+		diff := differingPixels(got, want)
+		if diff == 0 {
+			return want
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the screenshot (%v) differs from the pattern in %d pixels", got.Bounds(), diff)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestDisplayLiveViewInABrowser: `smol machine view` opened in headless
+// Chromium shows the guest's screen (a screenshot of the page holds the
+// guest's picture), and keys typed in the page reach the guest's
+// keyboard device (a guest program reading it sees their codes).
+func TestDisplayLiveViewInABrowser(t *testing.T) {
+	home := t.TempDir()
+	want := displayMachine(t, home, "view")
+
+	view := exec.Command(artifact(t, "bin/smol", "build"), "machine", "view", "view")
+	view.Env = append(os.Environ(), "SMOL_HOME="+home)
+	url := firstLine(t, view)
+	t.Cleanup(func() { view.Process.Kill(); view.Wait() })
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.Contains(url, "token=") {
+		t.Fatalf("smol machine view printed %q", url)
+	}
+	// Without the token, nothing.
+	noToken := url[:strings.Index(url, "?")]
+	if resp, err := http.Get(noToken + "screen"); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("the screen without a token: %v %v", resp, err)
+	}
+
+	b := startBrowser(t, 800, 600)
+	b.open(url)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		page, err := png.Decode(bytes.NewReader(b.screenshot()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		same, total := matchingPixels(page, want)
+		if same == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page shows %d of the guest's %d pixels", same, total)
+		}
+		time.Sleep(time.Second)
+	}
+
+	mustMachine(t, home, "cp", artifact(t, "build/nettool", "guest"), "view:/bin/nettool")
+	mustMachine(t, home, "exec", "view", "--", "sh", "-c", "nettool keys 'smol keyboard' 3 > /tmp/keys.log 2>&1 &")
+	waitGuestFile(t, home, "view", "/tmp/keys.log", "nettool-keys reading")
+	b.typeKeys("a", "b", "\uE007")
+	log := waitGuestFile(t, home, "view", "/tmp/keys.log", "nettool-key 28")
+	if !strings.Contains(log, "nettool-key 30\nnettool-key 48\nnettool-key 28\n") {
+		t.Fatalf("the guest read:\n%s\nwant keys 30 (a), 48 (b), 28 (Enter)", log)
+	}
+}
+
+// matchingPixels counts the pixels of want that page shows at the same
+// place, exactly.
+func matchingPixels(page stdimage.Image, want *stdimage.RGBA) (same, total int) {
+	for y := 0; y < want.Rect.Dy(); y++ {
+		for x := 0; x < want.Rect.Dx(); x++ {
+			total++
+			r, g, b, _ := page.At(x, y).RGBA()
+			w := want.RGBAAt(x, y)
+			if byte(r>>8) == w.R && byte(g>>8) == w.G && byte(b>>8) == w.B {
+				same++
+			}
+		}
+	}
+	return same, total
+}
+
+// waitGuestFile polls a file in the machine until it contains s, and
+// returns it.
+func waitGuestFile(t *testing.T, home, name, path, s string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, out, _ := machineCLI(t, home, "exec", name, "--", "cat", path)
+		if strings.Contains(out, s) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in machine %s never held %q; it holds:\n%s", path, name, s, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

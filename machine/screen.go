@@ -3,6 +3,7 @@ package machine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -27,6 +28,60 @@ type Display interface {
 	// Size is the display's size; Cursor the pointer as the guest set it.
 	Size() (width, height uint32)
 	Cursor() gpu.Cursor
+	// Input types and points on the display's keyboard and tablet.
+	Input(events []InputEvent) error
+}
+
+// InputEvent is one thing a user does at the display (POST /v1/input).
+type InputEvent struct {
+	// Kind is "key" (Code, Down), "button" (Button, Down), "move" (X, Y)
+	// or "wheel" (Delta).
+	Kind string `json:"kind"`
+	// Code names a key as browsers do (KeyboardEvent.code: "KeyA").
+	Code string `json:"code,omitempty"`
+	// Button is 0 (left), 1 (middle) or 2 (right), as MouseEvent.button.
+	Button int  `json:"button,omitempty"`
+	Down   bool `json:"down,omitempty"`
+	// X and Y are a position in display pixels.
+	X int `json:"x,omitempty"`
+	Y int `json:"y,omitempty"`
+	// Delta is wheel notches, positive away from the user.
+	Delta int `json:"delta,omitempty"`
+}
+
+// InputRequest is POST /v1/input: events applied in order.
+type InputRequest struct {
+	Events []InputEvent `json:"events"`
+}
+
+// MaxInputEvents bounds one input request.
+const MaxInputEvents = 256
+
+func (s *Server) input(w http.ResponseWriter, r *http.Request) {
+	d := s.b.Display()
+	if d == nil {
+		writeError(w, http.StatusNotFound, ErrNoDisplay)
+		return
+	}
+	var req InputRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("input request: %w", err))
+		return
+	}
+	if len(req.Events) > MaxInputEvents {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%d input events: at most %d at once", len(req.Events), MaxInputEvents))
+		return
+	}
+	if err := d.Input(req.Events); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+// Input sends keyboard and pointer events to the machine's display.
+func (c *Client) Input(ctx context.Context, events []InputEvent) error {
+	return c.call(ctx, http.MethodPost, "/v1/input", InputRequest{Events: events}, nil)
 }
 
 // DisplayInfo is GET /v1/display: the display's size, the frame it shows

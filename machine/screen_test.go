@@ -22,6 +22,7 @@ type pictureDisplay struct {
 	img   *image.RGBA
 	frame uint64
 	wake  chan struct{}
+	input []InputEvent
 }
 
 func (p *pictureDisplay) Screenshot() (*image.RGBA, error) {
@@ -56,6 +57,12 @@ func (p *pictureDisplay) Size() (uint32, uint32) {
 	return uint32(p.img.Rect.Dx()), uint32(p.img.Rect.Dy())
 }
 func (p *pictureDisplay) Cursor() gpu.Cursor { return gpu.Cursor{Visible: true, X: 3, Y: 4} }
+func (p *pictureDisplay) Input(ev []InputEvent) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.input = append(p.input, ev...)
+	return nil
+}
 
 func (p *pictureDisplay) draw(c color.RGBA) {
 	p.mu.Lock()
@@ -108,6 +115,13 @@ func TestScreenEndpoint(t *testing.T) {
 	}
 	if r, _, _, _ := img.At(0, 0).RGBA(); r>>8 != 200 {
 		t.Fatalf("long poll returned the old picture: %v", img.At(0, 0))
+	}
+	keys := []InputEvent{{Kind: "key", Code: "KeyA", Down: true}, {Kind: "move", X: 5, Y: 6}}
+	if err := c.Input(ctx, keys); err != nil || len(d.input) != 2 || d.input[0] != keys[0] || d.input[1] != keys[1] {
+		t.Fatalf("input: %v, display got %+v", err, d.input)
+	}
+	if err := c.Input(ctx, make([]InputEvent, MaxInputEvents+1)); err == nil {
+		t.Fatal("an oversized input request was taken")
 	}
 	info, err := c.Display(ctx)
 	if err != nil || info.Width != 40 || info.Height != 30 || info.Frame != 2 || !info.Cursor.Visible || info.Cursor.X != 3 {

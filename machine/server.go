@@ -54,6 +54,7 @@ func NewServer(b Backend) *Server {
 	mux.HandleFunc("POST /v1/fork", s.fork)
 	mux.HandleFunc("GET /v1/screen", s.screen)
 	mux.HandleFunc("GET /v1/display", s.display)
+	mux.HandleFunc("POST /v1/input", s.input)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})

@@ -45,6 +45,7 @@ Commands:
   fork NAME [--count N] [--name-prefix P] [--template]
                                     branch it into N running children (copy-on-write RAM and disks)
   screenshot NAME -o FILE           its screen as PNG (a machine created with --gpu)
+  view NAME [--listen ADDR]         its screen live in a web browser, with keyboard and mouse
   rm [-f] NAME                      remove it and its files (-f: even if running)
   run [flags] -- CMD ARGS...        the same as smol run
 
@@ -96,6 +97,8 @@ func machineCommand(args []string) (int, error) {
 		return 0, machineRemove(rest)
 	case "screenshot":
 		return 0, machineScreenshot(rest)
+	case "view":
+		return 0, machineView(rest)
 	case "run":
 		return runCommand(rest)
 	case "help", "-h", "--help":

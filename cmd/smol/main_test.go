@@ -23,6 +23,12 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 		want  string
 	}{
 		{[]string{"--mem", "lots"}, true, "not a size"},
+		{[]string{"--gpu=3d", "--", "true"}, true, "--gpu=3d: unknown mode"},
+		{[]string{"--gpu=virgl", "--", "true"}, true, "virglrenderer"},
+		{[]string{"--gpu", "--gpu-size", "big", "--", "true"}, true, "not WIDTHxHEIGHT"},
+		{[]string{"--gpu", "--gpu-size", "100x100", "--", "true"}, true, "display size 100x100"},
+		{[]string{"--gpu", "--gpu-size", "99999999999x1", "--", "true"}, true, "not WIDTHxHEIGHT"},
+		{[]string{"--gpu-size", "800x600", "--", "true"}, true, "--gpu-size needs --gpu"},
 		{[]string{"--cpus", "0"}, true, "--cpus 0"},
 		{[]string{"--tty"}, true, "--tty needs --image or a command"},
 		{[]string{"--exit-stats", "--", "true"}, true, "--exit-stats cannot be used"},

@@ -25,6 +25,8 @@
 //	nettool udp-echo ADDR N            send N datagrams to ADDR and check the echoes
 //	nettool cursor X0 Y0 X1 Y1 SECONDS show the display's cursor at X0,Y0, move it to
 //	                                   X1,Y1 and hold it there for SECONDS (DRM)
+//	nettool keys NAME N                print the codes of the first N key presses on the
+//	                                   input device called NAME ("smol keyboard")
 //
 // Measurements print one line each, "nettool-result NAME VALUE UNIT" (MB
 // is 10^6 bytes), for a benchmark reading the console; a failed measurement
@@ -70,6 +72,9 @@ func main() {
 			qd = atoi(args[2])
 		}
 		check(diskBench(args[0], seconds(args[1]), qd))
+	case "keys":
+		need(2)
+		check(keys(args[0], atoi(args[1])))
 	case "cursor":
 		need(5)
 		check(cursor(int32(atoi(args[0])), int32(atoi(args[1])), int32(atoi(args[2])), int32(atoi(args[3])), time.Duration(seconds(args[4])*float64(time.Second))))

@@ -164,3 +164,30 @@ func TestStatusQueueIsDrained(t *testing.T) {
 		t.Fatalf("status completed with %d bytes", u[0].Len)
 	}
 }
+
+func TestKeyCodes(t *testing.T) {
+	// Pinned to include/uapi/linux/input-event-codes.h.
+	for name, want := range map[string]uint16{
+		"Escape": 1, "Digit1": 2, "Digit0": 11, "KeyQ": 16, "KeyP": 25, "KeyA": 30, "KeyL": 38,
+		"KeyZ": 44, "KeyM": 50, "Enter": 28, "Space": 57, "F1": 59, "F9": 67, "F10": 68, "F12": 88,
+		"ArrowLeft": 105, "MetaLeft": 125, "ShiftRight": 54,
+	} {
+		if got, ok := input.KeyCode(name); !ok || got != want {
+			t.Errorf("%s: %d %v, want %d", name, got, ok, want)
+		}
+	}
+	if _, ok := input.KeyCode("F:"); ok {
+		t.Error("a key named F:")
+	}
+	if _, ok := input.KeyCode("NoSuchKey"); ok {
+		t.Error("an unknown name has a code")
+	}
+	// Every code the map gives is one the keyboard offers.
+	dev := input.New(input.Keyboard)
+	for _, name := range []string{"KeyA", "ContextMenu", "Pause", "NumpadEnter"} {
+		c, _ := input.KeyCode(name)
+		if err := dev.Send(input.Event{Type: input.EvKey, Code: c, Value: 1}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
