@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-pack    pack size and time of a 500 MiB image vs zstd -3 (here), create --from + start vs the cached image's machine (box) (N=$(N))"
 	@echo "make bench-shim    a pod start through containerd's CRI and the shim vs smol run -- true (box) (N=$(N))"
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
+	@echo "make bench-gpu     full-screen display updates/s, smol vs QEMU virtio-gpu-device (box, ROUNDS=$(ROUNDS)); screenshot time"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox bin/containerd-shim-smol-v2
@@ -115,6 +116,11 @@ bench-image: build kernel box-kernel guest
 bench-devices: build kernel box-kernel guest
 	$(GO) build -o bin/bench-devices ./bench/devices
 	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS)"
+
+bench-gpu: build kernel box-kernel guest
+	$(GO) build -o bin/bench-gpu ./bench/gpu
+	@bin/smolbox "bin/bench-gpu -rounds $(ROUNDS)"
+	CGO_ENABLED=1 $(GO) test -run XXX -bench Screenshot -benchtime 20x ./devices/gpu
 
 bench-net: build kernel box-kernel guest
 	$(GO) build -o bin/bench-net ./bench/net

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/png"
 	"io"
 	"net/http"
 	"strconv"
@@ -146,7 +145,7 @@ func (s *Server) screen(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var buf bytes.Buffer
-	if err := EncodePNG(&buf, img); err != nil {
+	if err := gpu.EncodePNG(&buf, img); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
@@ -154,13 +153,6 @@ func (s *Server) screen(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(FrameHeader, strconv.FormatUint(frame, 10))
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write(buf.Bytes())
-}
-
-// EncodePNG writes img as PNG at the fastest compression: screenshots are
-// mostly taken to be looked at right away, and a viewer takes many.
-func EncodePNG(w io.Writer, img image.Image) error {
-	e := png.Encoder{CompressionLevel: png.BestSpeed}
-	return e.Encode(w, img)
 }
 
 // Screen fetches the machine's picture as PNG bytes, with its frame

@@ -52,13 +52,13 @@ const (
 )
 
 type rig struct {
-	t   *testing.T
+	t   testing.TB
 	dev *gpu.Device
 	d   *vt.Driver
 	mem *memory.Guest
 }
 
-func newRig(t *testing.T, cfg gpu.Config) *rig {
+func newRig(t testing.TB, cfg gpu.Config) *rig {
 	t.Helper()
 	mem, err := memory.New(guestMemorySize)
 	if err != nil {
@@ -561,5 +561,29 @@ func TestWaitFrame(t *testing.T) {
 	defer cancel()
 	if _, err := r.dev.WaitFrame(ctx, r.dev.Frame()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitFrame with nothing new: %v", err)
+	}
+}
+
+// BenchmarkScreenshot is what `smol machine screenshot` costs the VMM for
+// a full 1280x800 screen: the conversion to RGBA and the PNG encoding.
+func BenchmarkScreenshot(b *testing.B) {
+	r := newRig(b, gpu.Config{})
+	d := r.dev
+	raw, _ := pattern(1280, 800, 3)
+	r.guestWrite(backingBase, raw)
+	r.want(command(create2D, 1, fmtB8G8R8X8, 1280, 800), okNoData)
+	r.want(attach(1, entry{backingBase, uint32(len(raw))}), okNoData)
+	r.want(transfer(1, image.Rect(0, 0, 1280, 800), 0), okNoData)
+	r.want(command(setScanout, 0, 0, 1280, 800, 0, 1), okNoData)
+	b.ResetTimer()
+	for range b.N {
+		img, err := d.Screenshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := gpu.EncodePNG(&buf, img); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -42,7 +42,9 @@ func main() {
 		fatal(err) // a command must not run without the directories it was given
 	}
 	linkDevices()
-	lightDisplay()
+	if err := pid1.LightDisplay(); err != nil {
+		logf("%v", err) // the command runs; the screen stays dark
+	}
 	if err := configureNetwork(); err != nil {
 		logf("network: %v", err) // the command runs, without the network
 	}

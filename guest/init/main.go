@@ -24,6 +24,9 @@ func main() {
 	if err := pid1.MarkUserspace(); err != nil {
 		fmt.Fprintf(os.Stderr, "init: %v\n", err)
 	}
+	if err := pid1.LightDisplay(); err != nil {
+		fmt.Fprintf(os.Stderr, "init: %v\n", err)
+	}
 
 	args := []string{"/bin/sh"}
 	if _, err := os.Stat("/etc/rc"); err == nil {

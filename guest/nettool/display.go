@@ -92,3 +92,65 @@ func cursor(x0, y0, x1, y1 int32, hold time.Duration) error {
 	time.Sleep(hold)
 	return nil
 }
+
+// More DRM ioctls for the display benchmark.
+const (
+	drmIoctlModeGetCRTC = 0xc06864a1 // struct drm_mode_crtc, 104 bytes
+	drmIoctlModeDirtyFB = 0xc01864b1 // struct drm_mode_fb_dirty_cmd, 24 bytes
+)
+
+type drmModeCRTC struct {
+	SetConnectorsPtr uint64
+	CountConnectors  uint32
+	CRTCID, FBID     uint32
+	X, Y             uint32
+	GammaSize        uint32
+	ModeValid        uint32
+	Mode             [68]byte // struct drm_mode_modeinfo
+}
+
+type drmModeFBDirty struct {
+	FBID, Flags, Color, NumClips uint32
+	ClipsPtr                     uint64
+}
+
+// fbRate marks the whole framebuffer on the first CRTC dirty (DIRTYFB with
+// no clips: the entire screen) over and over for secs seconds and prints
+// how many full-screen updates a second went through. Each one is a
+// synchronous atomic commit, which the virtio-gpu driver turns into a
+// TRANSFER_TO_HOST_2D of the whole screen and a RESOURCE_FLUSH, waiting
+// for both: the rate is the display's full-screen update rate.
+func fbRate(secs float64) error {
+	fd, err := unix.Open("/dev/dri/card0", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var res drmModeCardRes
+	if err := drmIoctl(fd, drmIoctlModeGetResources, unsafe.Pointer(&res)); err != nil || res.CountCRTCs == 0 {
+		return fmt.Errorf("GETRESOURCES: %v (%d CRTCs)", err, res.CountCRTCs)
+	}
+	crtcs := make([]uint32, res.CountCRTCs)
+	res = drmModeCardRes{CRTCIDPtr: uint64(uintptr(unsafe.Pointer(&crtcs[0]))), CountCRTCs: uint32(len(crtcs))}
+	if err := drmIoctl(fd, drmIoctlModeGetResources, unsafe.Pointer(&res)); err != nil {
+		return fmt.Errorf("GETRESOURCES: %w", err)
+	}
+	crtc := drmModeCRTC{CRTCID: crtcs[0]}
+	if err := drmIoctl(fd, drmIoctlModeGetCRTC, unsafe.Pointer(&crtc)); err != nil {
+		return fmt.Errorf("GETCRTC: %w", err)
+	}
+	if crtc.FBID == 0 {
+		return fmt.Errorf("CRTC %d shows no framebuffer (no mode set)", crtc.CRTCID)
+	}
+	dirty := drmModeFBDirty{FBID: crtc.FBID}
+	n := 0
+	start := time.Now()
+	for time.Since(start).Seconds() < secs {
+		if err := drmIoctl(fd, drmIoctlModeDirtyFB, unsafe.Pointer(&dirty)); err != nil {
+			return fmt.Errorf("DIRTYFB: %w", err)
+		}
+		n++
+	}
+	fmt.Printf("nettool-result fb-updates %.1f /s\n", float64(n)/time.Since(start).Seconds())
+	return nil
+}

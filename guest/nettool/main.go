@@ -25,6 +25,7 @@
 //	nettool udp-echo ADDR N            send N datagrams to ADDR and check the echoes
 //	nettool cursor X0 Y0 X1 Y1 SECONDS show the display's cursor at X0,Y0, move it to
 //	                                   X1,Y1 and hold it there for SECONDS (DRM)
+//	nettool fb-rate SECONDS            full-screen updates of the display (DRM DIRTYFB) a second
 //	nettool keys NAME N                print the codes of the first N key presses on the
 //	                                   input device called NAME ("smol keyboard")
 //
@@ -72,6 +73,9 @@ func main() {
 			qd = atoi(args[2])
 		}
 		check(diskBench(args[0], seconds(args[1]), qd))
+	case "fb-rate":
+		need(1)
+		check(fbRate(seconds(args[0])))
 	case "keys":
 		need(2)
 		check(keys(args[0], atoi(args[1])))

@@ -1,7 +1,7 @@
 // Package pid1 is what every smol guest's first process does: mount the
-// kernel's filesystems, tell the VMM that userspace has been reached, reap
-// orphaned processes and power the machine off. Both guest programs (the
-// test init and the image agent) use it.
+// kernel's filesystems, tell the VMM that userspace has been reached, set
+// the display's mode, reap orphaned processes and power the machine off.
+// Both guest programs (the test init and the image agent) use it.
 package pid1
 
 import (

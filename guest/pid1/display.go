@@ -1,6 +1,7 @@
-package main
+package pid1
 
 import (
+	"fmt"
 	"os"
 	"unsafe"
 
@@ -17,28 +18,30 @@ const (
 	fbActivateForce    = 0x80 // FB_ACTIVATE_FORCE: set the mode even if unchanged
 )
 
-// lightDisplay sets the display's mode through /dev/fb0 if the machine
+// LightDisplay sets the display's mode through /dev/fb0 if the machine
 // has one (smol run --gpu). The guest kernel has no framebuffer console,
 // which is what would otherwise set it at boot, so without this the
 // screen stays dark until a program takes the DRM device, and what a
 // program writes to /dev/fb0 never shows. Putting the current settings
 // back with FB_ACTIVATE_FORCE makes the fbdev layer do the mode set
 // (drm_fb_helper_set_par): the display then shows /dev/fb0.
-func lightDisplay() {
+//
+// Without a display it does nothing.
+func LightDisplay() error {
 	f, err := os.OpenFile("/dev/fb0", os.O_RDWR, 0)
 	if err != nil {
-		return // no display
+		return nil // no display
 	}
 	defer f.Close()
 	var info [fbVarScreenInfoLen]byte
 	if err := fbIoctl(f, fbioGetVScreenInfo, &info); err != nil {
-		logf("display: %v", err)
-		return
+		return fmt.Errorf("display: %w", err)
 	}
 	*(*uint32)(unsafe.Pointer(&info[fbActivateOffset])) |= fbActivateForce
 	if err := fbIoctl(f, fbioPutVScreenInfo, &info); err != nil {
-		logf("display: %v", err)
+		return fmt.Errorf("display: %w", err)
 	}
+	return nil
 }
 
 func fbIoctl(f *os.File, req uintptr, info *[fbVarScreenInfoLen]byte) error {
