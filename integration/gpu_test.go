@@ -196,7 +196,10 @@ func TestDisplayLiveViewInABrowser(t *testing.T) {
 		t.Fatalf("the screen without a token: %v %v", resp, err)
 	}
 
-	b := startBrowser(t, 800, 600)
+	// Headless Chromium's window holds its (invisible) toolbars too: the
+	// page's viewport is smaller than the window, so the window is made
+	// well larger than the guest's screen.
+	b := startBrowser(t, 1000, 1000)
 	b.open(url)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -209,7 +212,7 @@ func TestDisplayLiveViewInABrowser(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %d of the guest's %d pixels", same, total)
+			t.Fatalf("the page (%v) shows %d of the guest's %d pixels", page.Bounds(), same, total)
 		}
 		time.Sleep(time.Second)
 	}

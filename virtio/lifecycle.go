@@ -237,16 +237,29 @@ func (w *Worker) Interrupted() bool {
 // reset (false), parking meanwhile whenever a pause is requested. It is
 // the whole wait of a worker that serves one queue.
 func (w *Worker) Wait(queue int) bool {
+	return w.Next(w.Wake(queue), nil, nil) == 0
+}
+
+// Next is Wait for a worker with several sources of work (queues' Wake
+// channels, or its own): it blocks until one of a, b and c receives and
+// returns its position (0, 1 or 2), or returns -1 when the device is
+// reset, parking meanwhile whenever a pause is requested. Pass nil for a
+// source not used.
+func (w *Worker) Next(a, b, c <-chan struct{}) int {
 	for {
 		select {
 		case <-w.stop:
-			return false
+			return -1
 		case <-w.Pausing():
 			if !w.Park() {
-				return false
+				return -1
 			}
-		case <-w.Wake(queue):
-			return true
+		case <-a:
+			return 0
+		case <-b:
+			return 1
+		case <-c:
+			return 2
 		}
 	}
 }

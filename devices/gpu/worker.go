@@ -20,16 +20,12 @@ func (d *Device) maxCommandBytes() uint64 {
 // updates are cheap enough not to wait behind the control queue for long.
 func (d *Device) run(life *virtio.Worker) {
 	for {
-		select {
-		case <-life.Stop():
+		switch life.Next(life.Wake(controlQueue), life.Wake(cursorQueue), nil) {
+		case -1:
 			return
-		case <-life.Pausing():
-			if !life.Park() {
-				return
-			}
-		case <-life.Wake(controlQueue):
+		case 0:
 			d.serve(life, controlQueue)
-		case <-life.Wake(cursorQueue):
+		case 1:
 			d.serve(life, cursorQueue)
 		}
 	}

@@ -12,20 +12,14 @@ import (
 // and returns the status queue's buffers (LED changes: there are no LEDs).
 func (d *Device) run(life *virtio.Worker) {
 	for {
-		select {
-		case <-life.Stop():
+		switch life.Next(life.Wake(eventQueue), d.arrived.C(), life.Wake(statusQueue)) {
+		case -1:
 			return
-		case <-life.Pausing():
-			if !life.Park() {
-				return
-			}
-		case <-life.Wake(eventQueue):
-		case <-d.arrived.C():
-		case <-life.Wake(statusQueue):
+		case 2:
 			d.drainStatus(life)
-			continue
+		default: // buffers posted, or events sent
+			d.deliver(life)
 		}
-		d.deliver(life)
 	}
 }
 
