@@ -138,7 +138,7 @@ func (b *browser) screenshot() []byte {
 }
 
 // typeKeys presses and releases each key in turn (WebDriver key values:
-// characters, or "\uE007" for Enter).
+// characters, or "\uE006" for Return, the main Enter key).
 func (b *browser) typeKeys(keys ...string) {
 	var actions []map[string]string
 	for _, k := range keys {
