@@ -57,6 +57,9 @@ func main() {
 			return exec.Command(*qemuBin, "-M", "microvm", "-enable-kvm", "-cpu", "host", "-smp", "1", "-m", "512",
 				"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
 				"-kernel", *kernel, "-initrd", initrd, "-append", smol.DefaultCmdline,
+				// virtio-gpu is a virtio 1.0 device: QEMU's virtio-mmio must
+				// not be legacy (its default), or Linux leaves it alone.
+				"-global", "virtio-mmio.force-legacy=false",
 				"-device", "virtio-gpu-device,xres="+w+",yres="+h)
 		}},
 	}
