@@ -188,6 +188,18 @@ func TestDisplayLiveViewInABrowser(t *testing.T) {
 	mustMachine(t, home, "exec", "view", "--", "sh", "-c", "nettool keys 'smol keyboard' 3 > /tmp/keys.log 2>&1 &")
 	waitGuestFile(t, home, "view", "/tmp/keys.log", "nettool-keys reading")
 
+	t.Cleanup(func() { // after the browser's cleanup, which runs first
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, err := exec.Command("pgrep", "-a", "chrom").Output()
+			if err != nil || len(out) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("browser processes outlived the test:\n%s", out)
+				return
+			}
+		}
+	})
 	view := exec.Command(artifact(t, "bin/smol", "build"), "machine", "view", "view")
 	view.Env = append(os.Environ(), "SMOL_HOME="+home)
 	url := firstLine(t, view)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -45,6 +46,10 @@ func startBrowser(t *testing.T, width, height int) *browser {
 	profile := t.TempDir()
 	cmd := exec.Command(path, fmt.Sprintf("--port=%d", port))
 	cmd.Env = append(os.Environ(), "HOME="+profile)
+	// A process group of its own, so that no Chromium process outlives the
+	// test: one left polling the page would slow every later test in the
+	// box.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +61,7 @@ func startBrowser(t *testing.T, width, height int) *browser {
 				resp.Body.Close()
 			}
 		}
-		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
 	root := fmt.Sprintf("http://127.0.0.1:%d", port)
