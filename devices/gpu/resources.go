@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/smolvm/smol/virtio"
@@ -105,15 +106,7 @@ func (t *resources) attach(mem virtio.Memory, id uint32, entries []virtio.Buffer
 // overlapping tells whether any two entries share a guest byte.
 func overlapping(entries []virtio.Buffer) bool {
 	sorted := slices.Clone(entries)
-	slices.SortFunc(sorted, func(a, b virtio.Buffer) int {
-		switch {
-		case a.Addr < b.Addr:
-			return -1
-		case a.Addr > b.Addr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b virtio.Buffer) int { return cmp.Compare(a.Addr, b.Addr) })
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i-1].Addr+uint64(sorted[i-1].Len) > sorted[i].Addr {
 			return true
