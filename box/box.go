@@ -53,12 +53,13 @@ type running struct {
 // kernel crashed or reset (see README, known issue), not the command.
 var ErrBoxCrashed = errors.New("the box ended without the command's status")
 
-// ErrBoxKernelBug reports a command that failed in a box whose own kernel
-// reported a BUG during the run: the box's known crash (its emulated SVM
-// gives way, and its kernel takes a page-fault loop, "stack guard page
-// was hit"), which stops or kills whichever process was on that CPU,
-// usually a VMM, and often leaves the box running. The command's failure
-// then says nothing about the command.
+// ErrBoxKernelBug reports a box whose own kernel reported a BUG during the
+// run: the box's known crash (its emulated SVM gives way, and its kernel
+// takes a page-fault loop, "stack guard page was hit"), which stops or
+// kills whichever process was on that CPU, usually a VMM, and often leaves
+// the box running on a damaged kernel. The box is ended a few seconds after
+// the BUG line (bugGrace); a command that failed, or did not finish, then
+// says nothing about the command.
 var ErrBoxKernelBug = errors.New("the box's own kernel reported a BUG during the run")
 
 // ErrBoxHung reports a box that its watchdog ended: it showed no sign of

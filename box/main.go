@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/smolvm/smol/vmm"
 )
@@ -22,18 +24,37 @@ func Main(m *testing.M) int {
 	if InBox() || vmm.HostBootsLinux() {
 		return m.Run()
 	}
-	script := shellQuote(os.Args[0])
-	for _, a := range os.Args[1:] {
-		script += " " + shellQuote(a)
-	}
 	fmt.Fprintf(os.Stderr, "box: host /dev/kvm cannot boot Linux; running %s inside the test box\n", shortName(os.Args[0]))
-	code, err := Run(context.Background(), "exec "+script, Options{})
+	began := time.Now()
+	timeout := testTimeout(os.Args[1:])
+	args := verboseArgs(os.Args[1:])
+	results := newTestResults()
+	opts := Options{Stdout: io.MultiWriter(os.Stdout, results)}
+	code, err := Run(context.Background(), "exec "+commandLine(os.Args[0], args), opts)
 	for run := 2; run <= boxRuns && boxFailed(err); run++ {
 		// Known issues: the box's emulated SVM sometimes takes its own
 		// kernel down, and a box sometimes hangs (its watchdog ends
-		// it). Neither says anything about the tests: run them again.
-		fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\nbox: running the tests again (box run %d of %d)\n", err, run, boxRuns)
-		code, err = Run(context.Background(), "exec "+script, Options{})
+		// it). Neither says anything about the tests that were running:
+		// run them again, and what has not run yet, in a fresh box.
+		left := time.Duration(0)
+		if timeout > 0 {
+			if left = timeout - time.Since(began); left < minRerunTime {
+				fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\nbox: only %v of the tests' %v timeout left: no box run %d\n", err, left.Round(time.Second), timeout, run)
+				break
+			}
+		}
+		done := results.done()
+		again, skipsDone := rerunArgs(args, done, left)
+		fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\n", err)
+		if failed := results.failures(); len(failed) > 0 {
+			fmt.Fprintf(os.Stderr, "box: failed in that box, so run again: %s\n", strings.Join(failed, " "))
+		}
+		if skipsDone {
+			fmt.Fprintf(os.Stderr, "box: running the tests that have not passed in a fresh box (box run %d of %d; %d passed before)\n", run, boxRuns, len(done))
+		} else {
+			fmt.Fprintf(os.Stderr, "box: running the tests again in a fresh box (box run %d of %d; -test.skip given, so all of them)\n", run, boxRuns)
+		}
+		code, err = Run(context.Background(), "exec "+commandLine(os.Args[0], again), opts)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "box: %v\n", err)
@@ -42,9 +63,24 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// commandLine quotes a program and its arguments for the box's shell.
+func commandLine(program string, args []string) string {
+	line := shellQuote(program)
+	for _, a := range args {
+		line += " " + shellQuote(a)
+	}
+	return line
+}
+
 // boxRuns is how many boxes Main boots, one after another, while the box's
-// own kernel crashes or the box hangs under the tests.
-const boxRuns = 3
+// own kernel crashes or the box hangs under the tests. Each box after the
+// first runs only the tests that have not passed, so a crash costs what
+// was running when it came, and a few boxes fit in the tests' timeout.
+const boxRuns = 5
+
+// minRerunTime is the least time left of the tests' -test.timeout for which
+// Main boots another box: less would end in go test's own kill.
+const minRerunTime = 5 * time.Minute
 
 // boxFailed reports an error of the box itself, not of what ran in it:
 // its kernel crashed or reported a BUG under a failed command, or its

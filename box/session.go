@@ -85,6 +85,7 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 		qemu.Kill() // SIGKILL: also ends a QEMU that is stopped or stuck
 		b.qemuExit = <-exited
 	}
+	var bugSeen time.Time
 	for {
 		select {
 		case b.qemuExit = <-exited:
@@ -98,6 +99,18 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 			end()
 			return -1, true, &reportError{ErrTimeout, msg}
 		case now := <-tick.C:
+			// The box's kernel hit its known crash: whatever runs from
+			// now on runs on a kernel that took a page-fault loop and
+			// lost a task, and its results say nothing. The oops gets a
+			// few seconds to reach the console, then the box ends.
+			if bug := b.console.kernelBug(); bug != "" {
+				if bugSeen.IsZero() {
+					bugSeen = now
+				} else if now.Sub(bugSeen) >= bugGrace {
+					end()
+					return -1, true, fmt.Errorf("%w: %s (the box was ended)", ErrBoxKernelBug, bug)
+				}
+			}
 			if opts.Watchdog <= 0 {
 				continue
 			}
@@ -122,6 +135,10 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 		}
 	}
 }
+
+// bugGrace is how long a box lives on after its kernel's known BUG line,
+// for the rest of the oops to reach the console.
+const bugGrace = 5 * time.Second
 
 // taskWait bounds how long a box that is alive may take to list its tasks.
 const taskWait = 10 * time.Second

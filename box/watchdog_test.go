@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -152,4 +154,58 @@ func TestTimeoutEndsLongCommand(t *testing.T) {
 		t.Errorf("the task list shows the box's own init and its loops:\n%s", msg)
 	}
 	t.Logf("report:\n%s", msg)
+}
+
+// TestKernelBugEndsTheBox makes the box's kernel print its known crash's
+// first line (through /dev/kmsg at KERN_ALERT, as the kernel prints it, which the quiet console shows) under
+// a command that would run for minutes: the box ends a few seconds later
+// with ErrBoxKernelBug, and Main would run the tests again.
+func TestKernelBugEndsTheBox(t *testing.T) {
+	needBox(t)
+	console := &syncbuf.Buffer{}
+	begin := time.Now()
+	script := "echo '<1>" + knownKernelBug + " at 0000000000000000 (a test)' >/dev/kmsg; echo written; sleep 300"
+	code, err := Run(context.Background(), script, Options{Stdout: console, Timeout: testBackstop,
+		Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if !errors.Is(err, ErrBoxKernelBug) || !boxFailed(err) {
+		t.Fatalf("Run = %d, %v; want ErrBoxKernelBug; console:\n%s", code, err, console.String())
+	}
+	if !strings.Contains(err.Error(), "(a test)") {
+		t.Errorf("the error does not quote the BUG line: %v", err)
+	}
+	if took := time.Since(begin); took > 2*time.Minute {
+		t.Errorf("the box took %v to end", took)
+	}
+	t.Logf("%v", err)
+}
+
+// TestMainRunsWhatHasNotPassed runs a test binary under Main (testdata/
+// rerun) whose second test makes the box's kernel report its known crash:
+// Main ends that box and runs, in a fresh one, only the test that had not
+// passed.
+func TestMainRunsWhatHasNotPassed(t *testing.T) {
+	needBox(t)
+	bin := filepath.Join(t.TempDir(), "rerun.test")
+	if out, err := exec.Command("go", "test", "-c", "-o", bin, "./testdata/rerun").CombinedOutput(); err != nil {
+		t.Fatalf("go test -c: %v\n%s", err, out)
+	}
+	counts := t.TempDir()
+	cmd := exec.Command(bin, "-test.timeout=10m0s")
+	cmd.Env = append(os.Environ(), "RERUN_DIR="+counts)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", bin, err, out)
+	}
+	runs := func(name string) int {
+		b, _ := os.ReadFile(filepath.Join(counts, name))
+		return strings.Count(string(b), "run\n")
+	}
+	if runs("first") != 1 || runs("crash") != 2 {
+		t.Errorf("TestFirst ran %d times, TestCrash %d; want 1 and 2\n%s", runs("first"), runs("crash"), out)
+	}
+	for _, want := range []string{"box: KNOWN ISSUE: the box's own kernel reported a BUG", "box run 2 of 5; 1 passed before", "--- PASS: TestCrash"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -1,0 +1,63 @@
+package box
+
+import (
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTestResultsReadVerboseOutputThroughTheConsole(t *testing.T) {
+	r := newTestResults()
+	out := "=== RUN   TestBoot\n--- PASS: TestBoot (3.10s)\n" +
+		"=== RUN   TestFork\n    --- PASS: TestFork/child (1.00s)\n" +
+		"[  637.05] kvm: something--- FAIL: TestFork (9.00s)\n" + // a kernel line's start before the marker
+		"--- SKIP: TestGPU3D (0.00s)\n" +
+		"--- FAIL: TestVolume (2.00s)\n--- PASS: TestVolume (1.00s)\n" + // failed, then passed in a later box
+		"--- PASS: TestUnfinished"
+	for _, chunk := range strings.SplitAfter(out, "S") { // lines split across writes
+		r.Write([]byte(chunk))
+	}
+	if got, want := r.done(), []string{"TestBoot", "TestGPU3D", "TestVolume"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("done = %q, want %q", got, want)
+	}
+	if got, want := r.failures(), []string{"TestFork"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("failures = %q, want %q (a subtest's PASS is not its parent's)", got, want)
+	}
+}
+
+func TestRerunSkipsWhatPassedAndLowersTheTimeout(t *testing.T) {
+	args := []string{"-test.run=^TestMachine", "-test.timeout=1h20m0s", "-test.v=true"}
+	got, ok := rerunArgs(args, []string{"TestMachineA", "TestMachine.B"}, 47*time.Minute+400*time.Millisecond)
+	want := []string{"-test.run=^TestMachine", "-test.timeout=47m0s", "-test.v=true", `-test.skip=^(TestMachineA|TestMachine\.B)$`}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("rerunArgs = %q, %v; want %q", got, ok, want)
+	}
+	skip := regexp.MustCompile(strings.TrimPrefix(got[3], "-test.skip="))
+	for name, skipped := range map[string]bool{"TestMachineA": true, "TestMachine.B": true, "TestMachineAB": false, "TestMachineXB": false, "TestMachine": false} {
+		if skip.MatchString(name) != skipped {
+			t.Errorf("skip %s = %v, want %v", name, !skipped, skipped)
+		}
+	}
+	if testTimeout(args) != 80*time.Minute {
+		t.Errorf("testTimeout = %v", testTimeout(args))
+	}
+
+	// The caller's own -test.skip stays, and then everything runs again.
+	own := []string{"-test.skip=TestX/sub"}
+	if got, ok := rerunArgs(own, []string{"TestA"}, 0); ok || !reflect.DeepEqual(got, own) {
+		t.Errorf("with -test.skip given: %q, %v; want the arguments unchanged and false", got, ok)
+	}
+}
+
+func TestVerboseArgsKeepsTheCallersVerbosity(t *testing.T) {
+	if got := verboseArgs([]string{"-test.timeout=1m0s"}); !reflect.DeepEqual(got, []string{"-test.timeout=1m0s", "-test.v=true"}) {
+		t.Errorf("verboseArgs added %q", got)
+	}
+	for _, v := range []string{"-test.v=test2json", "-test.v=true", "-test.v"} {
+		if got := verboseArgs([]string{v}); !reflect.DeepEqual(got, []string{v}) {
+			t.Errorf("verboseArgs(%s) = %q", v, got)
+		}
+	}
+}
