@@ -71,7 +71,9 @@ func (b *machineBackend) restore(cfg Config, src VMMSource) error {
 }
 
 // identify tells the guest agent who this machine is now: fresh entropy,
-// the host's clock, its name, a new machine-id and its generation. The
+// the host's clock (sent with the identity, then refined by the agent's
+// own round trips: agent.Identity.SyncClock), its name, a new machine-id
+// and its generation. The
 // agent's listener survived the restore; its connections did not (the
 // vsock device posted a transport reset), so the first dials may fail
 // while the guest's driver catches up.
@@ -118,7 +120,7 @@ func newIdentity(generation uint64) (*agent.Identity, error) {
 			return nil, err
 		}
 	}
-	return &agent.Identity{Generation: generation, Seed: seed, ID: hex.EncodeToString(id), MachineID: hex.EncodeToString(mid)}, nil
+	return &agent.Identity{Generation: generation, Seed: seed, ID: hex.EncodeToString(id), MachineID: hex.EncodeToString(mid), SyncClock: true}, nil
 }
 
 // holdPaused pauses the machine for a snapshot or fork and returns what

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
@@ -156,4 +158,76 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestClockSyncUsesTheQuickestAnswer: the guest's side (AskClock) against a
+// host whose clock is an hour ahead and whose first answer is 300 ms late
+// (a busy host): the estimate is the host's clock to within a few
+// milliseconds, not 150 ms off.
+func TestClockSyncUsesTheQuickestAnswer(t *testing.T) {
+	hostEnd, guestEnd := pipePair()
+	const ahead = time.Hour
+	go func() {
+		r, w := NewReader(hostEnd), NewWriter(hostEnd)
+		for i := 0; ; i++ {
+			f, err := r.Read()
+			if err != nil || f.Type != FrameTimeQuery {
+				return
+			}
+			if i == 0 {
+				time.Sleep(300 * time.Millisecond)
+			}
+			w.Write(FrameTime, EncodeTime(time.Now().Add(ahead).UnixNano()))
+		}
+	}()
+	estimate, at, err := AskClock(NewReader(guestEnd), NewWriter(guestEnd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off := time.Duration(estimate - at.Add(ahead).UnixNano()); off < -20*time.Millisecond || off > 20*time.Millisecond {
+		t.Errorf("the estimate is %v off the host's clock", off)
+	}
+}
+
+// TestRunAnswersClockQueriesOnlyWhereAsked: Run answers the guest's time
+// queries in a SyncClock session, ClockSamples of them, and ends a session
+// whose guest asks more, or asks without SyncClock.
+func TestRunAnswersClockQueriesOnlyWhereAsked(t *testing.T) {
+	for _, tc := range []struct {
+		sync    bool
+		queries int
+		ok      bool
+	}{{true, ClockSamples, true}, {true, ClockSamples + 1, false}, {false, 1, false}} {
+		hostEnd, guestEnd := pipePair()
+		guestDone := make(chan error, 1)
+		go func() {
+			guestDone <- func() error {
+				r, w := NewReader(guestEnd), NewWriter(guestEnd)
+				if f, err := r.Read(); err != nil || f.Type != FrameStart {
+					return errors.New("no start frame")
+				}
+				for range tc.queries {
+					before := time.Now().UnixNano()
+					w.Write(FrameTimeQuery, nil)
+					f, err := r.Read()
+					if err != nil {
+						return nil // the host ended the session
+					}
+					host, err := DecodeTime(f.Payload)
+					if f.Type != FrameTime || err != nil || host < before || host > time.Now().UnixNano() {
+						return fmt.Errorf("answer %s %v %d", f.Type, err, host)
+					}
+				}
+				return w.Write(FrameExit, []byte(`{"code":0}`))
+			}()
+		}()
+		_, err := Run(hostEnd, Start{Idle: true, Identity: &Identity{SyncClock: tc.sync}}, Streams{})
+		hostEnd.Close()
+		if gerr := <-guestDone; gerr != nil {
+			t.Fatalf("sync %v, %d queries: guest side: %v", tc.sync, tc.queries, gerr)
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("sync %v, %d queries: Run = %v; want ok %v", tc.sync, tc.queries, err, tc.ok)
+		}
+	}
 }

@@ -12,21 +12,23 @@ import (
 // FrameType says what a frame carries.
 type FrameType uint8
 
-// Frame types. Host to guest: Start, Stdin, StdinClose, Signal, Resize.
-// Guest to host: Stdout, Stderr, Exit.
+// Frame types. Host to guest: Start, Stdin, StdinClose, Signal, Resize,
+// Time. Guest to host: Stdout, Stderr, Exit, TimeQuery.
 const (
-	FrameStart      FrameType = 1 // JSON Start
-	FrameStdin      FrameType = 2 // bytes for the command's stdin
-	FrameStdinClose FrameType = 3 // stdin reached EOF
-	FrameSignal     FrameType = 4 // one byte: the signal number
-	FrameResize     FrameType = 5 // rows, cols: two big-endian uint16
-	FrameStdout     FrameType = 6 // bytes the command wrote to stdout (or its terminal)
-	FrameStderr     FrameType = 7 // bytes the command wrote to stderr
-	FrameExit       FrameType = 8 // JSON Exit; the last frame of a stream
+	FrameStart      FrameType = 1  // JSON Start
+	FrameStdin      FrameType = 2  // bytes for the command's stdin
+	FrameStdinClose FrameType = 3  // stdin reached EOF
+	FrameSignal     FrameType = 4  // one byte: the signal number
+	FrameResize     FrameType = 5  // rows, cols: two big-endian uint16
+	FrameStdout     FrameType = 6  // bytes the command wrote to stdout (or its terminal)
+	FrameStderr     FrameType = 7  // bytes the command wrote to stderr
+	FrameExit       FrameType = 8  // JSON Exit; the last frame of a stream
+	FrameTimeQuery  FrameType = 9  // empty: what time is it on the host? (Identity.SyncClock)
+	FrameTime       FrameType = 10 // the host's wall clock: Unix nanoseconds, big-endian int64
 )
 
 func (t FrameType) String() string {
-	names := [...]string{"", "start", "stdin", "stdin-close", "signal", "resize", "stdout", "stderr", "exit"}
+	names := [...]string{"", "start", "stdin", "stdin-close", "signal", "resize", "stdout", "stderr", "exit", "time-query", "time"}
 	if int(t) < len(names) && t != 0 {
 		return names[t]
 	}

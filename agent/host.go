@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"syscall"
+	"time"
 )
 
 // Streams are the host ends of a command's standard streams and controls.
@@ -45,6 +46,10 @@ func Run(conn io.ReadWriter, start Start, s Streams) (Exit, error) {
 	go forwardControls(w, s, done)
 
 	stdout, stderr := orDiscard(s.Stdout), orDiscard(s.Stderr)
+	timeQueries := 0
+	if start.Identity != nil && start.Identity.SyncClock {
+		timeQueries = ClockSamples
+	}
 	r := NewReader(conn)
 	for {
 		f, err := r.Read()
@@ -61,6 +66,16 @@ func Run(conn io.ReadWriter, start Start, s Streams) (Exit, error) {
 			stderr.Write(f.Payload)
 		case FrameExit:
 			return DecodeExit(f.Payload)
+		case FrameTimeQuery:
+			// Answered at once, from this goroutine: the guest's
+			// estimate is only as good as this reply is quick.
+			if timeQueries == 0 {
+				return Exit{}, errors.New("agent: the guest asked for the host's time more often than the session allows")
+			}
+			timeQueries--
+			if err := w.Write(FrameTime, EncodeTime(time.Now().UnixNano())); err != nil {
+				return Exit{}, fmt.Errorf("agent: send time: %w", err)
+			}
 		default:
 			return Exit{}, fmt.Errorf("agent: unexpected %s frame from the guest", f.Type)
 		}

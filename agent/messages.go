@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Start asks the agent to run a command.
@@ -57,8 +58,16 @@ type Identity struct {
 	// credited, after which its random number generator reseeds.
 	Seed []byte `json:"seed,omitempty"`
 	// Time is the host's wall clock (Unix nanoseconds) the guest's clock
-	// is set to; zero leaves it alone.
+	// is set to; zero leaves it alone. It is as old as the identity's way
+	// into the guest, which on a busy host takes seconds: SyncClock then
+	// corrects it.
 	Time int64 `json:"time,omitempty"`
+	// SyncClock makes the agent, once Time is set, ask the host for its
+	// clock ClockSamples times over the same connection (FrameTimeQuery,
+	// answered with FrameTime) and set the guest's clock from the answer
+	// that came back soonest, plus half its round trip: the error is then
+	// at most half the shortest round trip, not the whole delivery delay.
+	SyncClock bool `json:"syncClock,omitempty"`
 	// MachineID replaces /etc/machine-id (32 hex digits); "" leaves it.
 	MachineID string `json:"machineId,omitempty"`
 }
@@ -69,6 +78,51 @@ const (
 	GenerationFile = "/run/smol/generation"
 	IDFile         = "/run/smol/id"
 )
+
+// ClockSamples is how many times an agent asks for the host's clock when
+// an Identity says SyncClock; the host answers no more.
+const ClockSamples = 4
+
+// EncodeTime is a FrameTime payload.
+func EncodeTime(unixNano int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(unixNano)) }
+
+// DecodeTime reads a FrameTime payload.
+func DecodeTime(p []byte) (int64, error) {
+	if len(p) != 8 {
+		return 0, fmt.Errorf("agent: a time frame of %d bytes", len(p))
+	}
+	return int64(binary.BigEndian.Uint64(p)), nil
+}
+
+// AskClock is the guest's side of SyncClock: it asks for the host's clock
+// ClockSamples times and returns, of the answers, the one that came back
+// soonest plus half its round trip (estimate, Unix nanoseconds) and the
+// moment, on this side's monotonic clock, that estimate is for.
+func AskClock(r *Reader, w *Writer) (estimate int64, at time.Time, err error) {
+	best := time.Duration(-1)
+	for range ClockSamples {
+		asked := time.Now()
+		if err := w.Write(FrameTimeQuery, nil); err != nil {
+			return 0, time.Time{}, err
+		}
+		f, err := r.Read()
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		if f.Type != FrameTime {
+			return 0, time.Time{}, fmt.Errorf("agent: the host sent a %s frame, not its time", f.Type)
+		}
+		host, err := DecodeTime(f.Payload)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		arrived := time.Now()
+		if rtt := arrived.Sub(asked); best < 0 || rtt < best {
+			best, estimate, at = rtt, host+int64(rtt/2), arrived
+		}
+	}
+	return estimate, at, nil
+}
 
 // MaxSeed bounds an Identity's seed.
 const MaxSeed = 512

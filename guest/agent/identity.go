@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"github.com/smolvm/smol/agent"
@@ -55,6 +56,18 @@ func applyIdentity(id *agent.Identity) error {
 		}
 	}
 	return nil
+}
+
+// syncClock sets the clock from the host's (agent.AskClock): a guest slow
+// to read its identity (a busy host) thus gets the host's time to within
+// half a quick round trip, not the time at which the identity was sent.
+func (s *session) syncClock(r *agent.Reader) error {
+	estimate, at, err := agent.AskClock(r, s.w)
+	if err != nil {
+		return err
+	}
+	ts := unix.NsecToTimespec(estimate + int64(time.Since(at)))
+	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
 }
 
 // addEntropy mixes seed into the kernel's pool, credited in full (it is

@@ -51,6 +51,12 @@ func (s *session) serve() agent.Start {
 			s.exit(agent.Exit{Code: 126, Error: err.Error()})
 			return start
 		}
+		if start.Identity.SyncClock {
+			if err := s.syncClock(r); err != nil {
+				s.exit(agent.Exit{Code: 126, Error: "setting the clock from the host's: " + err.Error()})
+				return start
+			}
+		}
 	}
 	if start.Hostname != "" {
 		unix.Sethostname([]byte(start.Hostname))
