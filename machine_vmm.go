@@ -34,6 +34,11 @@ const VMMCommand = vmmCommand
 type VMMSource struct {
 	Snapshot string
 	RAM      *os.File // with Snapshot: a fork's child
+	// Ready, if set, is the write end of a pipe from the process that
+	// started this VMM: one byte is written to it, and it is closed, once
+	// the machine runs and its state says so, so that the starter learns
+	// it at once instead of polling the state file.
+	Ready *os.File
 }
 
 // ServeMachine is the body of a machine's VMM process: it boots (or
@@ -154,6 +159,10 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	if err := st.SetState(name, machine.Running, pid, started, ""); err != nil {
 		m.Stop()
 		return err
+	}
+	if src.Ready != nil {
+		src.Ready.Write([]byte{1}) // a starter that went away is no reason to stop
+		src.Ready.Close()
 	}
 	_, werr := m.Wait()
 	fmt.Fprintf(console, "smol: machine %s ended at %s\n", name, time.Now().UTC().Format(time.RFC3339))

@@ -322,16 +322,30 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 		cmd.Args = append(cmd.Args, "--ram-fd", strconv.Itoa(forkChildFD))
 		cmd.ExtraFiles = []*os.File{src.RAM}
 	}
+	// The VMM says on this pipe when the machine runs (VMMSource.Ready).
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	cmd.Args = append(cmd.Args, "--ready-fd", strconv.Itoa(3+len(cmd.ExtraFiles)))
+	cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	readyW.Close() // the VMM's copy is the one that counts
+	if err != nil {
 		return fmt.Errorf("start the VMM process: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	ready := make(chan bool, 1)
+	go func() {
+		var b [1]byte
+		n, _ := readyR.Read(b[:])
+		ready <- n == 1
+	}()
 	deadline := time.After(agentBootTimeout + 30*time.Second)
 	for {
 		select {
@@ -345,13 +359,18 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 			cmd.Process.Kill()
 			<-exited
 			return fmt.Errorf("machine %s did not start within %v", name, agentBootTimeout+30*time.Second)
-		case <-tick.C:
-			// Only this VMM's word counts: until it writes its first
-			// state, state.json may still hold a dead VMM's "running".
-			if st, err := m.store.Status(name); err == nil && st.State == machine.Running && st.PID == cmd.Process.Pid {
+		case ok := <-ready:
+			// Without the byte, the VMM closed the pipe as it died:
+			// its exit (above) tells why.
+			if st, err := m.store.Status(name); ok && err == nil && st.State == machine.Running && st.PID == cmd.Process.Pid {
 				// The VMM is on its own now; Wait's goroutine stays
 				// blocked until it exits or we do.
 				return nil
+			}
+			if ok {
+				cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("machine %s did not start: its VMM said it runs, its state does not", name)
 			}
 		}
 	}
