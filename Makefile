@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu demo deps vet fmt clean help FORCE
+.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu critest demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-shim    a pod start through containerd's CRI and the shim vs smol run -- true (box) (N=$(N))"
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
 	@echo "make bench-gpu     full-screen display updates/s, smol vs QEMU virtio-gpu-device (box, ROUNDS=$(ROUNDS)); screenshot time"
+	@echo "make critest       Kubernetes' CRI validation suite (cri-tools' critest) with runc and with smol's shim, pass/fail counts (box)"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
 build: bin/smol bin/smolbox bin/containerd-shim-smol-v2
@@ -137,6 +138,11 @@ bench-pack: build kernel box-kernel guest
 bench-shim: build kernel box-kernel guest
 	$(GO) build -o bin/bench-shim ./bench/shim
 	@bin/smolbox "bin/bench-shim -n $(N)"
+
+critest: build kernel box-kernel guest
+	scripts/build-critest.sh build/critest
+	$(GO) build -o bin/critest-run ./tools/critest
+	@bin/smolbox "bin/critest-run $(CRITEST_FLAGS)"
 
 bench-machine: build kernel box-kernel guest
 	$(GO) build -o bin/bench-machine ./bench/machine

@@ -5,10 +5,10 @@
 # (e2fsck and debugfs check the ext4 images imagefs writes), debootstrap (the
 # integration tests' Debian image), and getcap and getfattr (libcap2-bin,
 # attr: the integration tests read file capabilities and xattrs in a guest),
-# containerd (the shim's tests start their own), Chromium and ChromeDriver (the
+# containerd (the shim's tests start their own), the CNI plugins (make critest gives pods a bridge network), Chromium and ChromeDriver (the
 # display's live view is tested in a real browser).
 set -euo pipefail
-pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt containerd chromium chromium-driver)
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt containerd containernetworking-plugins chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

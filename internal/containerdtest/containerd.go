@@ -45,12 +45,31 @@ type Daemon struct {
 // namespace, where the CRI plugin looks for images); the snapshotter is
 // native either way (no overlayfs needed).
 func Start(dir, shim string, cri bool) (*Daemon, error) {
+	return StartWith(dir, shim, Options{CRI: cri})
+}
+
+// Options are what a daemon offers beyond the shim.
+type Options struct {
+	CRI bool // the CRI plugin, with the runtime handler "smol" as default
+	// Runc adds the runtime handler "runc" (Debian's runc, through
+	// containerd's runc shim), for comparisons on the same daemon.
+	Runc bool
+	// CNIBin, if set, is the directory of the CNI plugins, and pods get a
+	// network of their own: a bridge with addresses from 10.88.0.0/16
+	// (state under dir/cni) and loopback.
+	CNIBin string
+	// PlainHTTP lists registry hosts (host:port) pulled over plain HTTP.
+	PlainHTTP []string
+}
+
+// StartWith is Start with the options o.
+func StartWith(dir, shim string, o Options) (*Daemon, error) {
 	if _, err := exec.LookPath("containerd"); err != nil {
 		return nil, ErrNoContainerd
 	}
 	d := &Daemon{Dir: dir, Sock: filepath.Join(dir, "containerd.sock"), NS: "smoltest"}
 	disabled := `["io.containerd.grpc.v1.cri"]`
-	if cri {
+	if o.CRI {
 		disabled, d.NS = "[]", "k8s.io"
 	}
 	config := fmt.Sprintf(`version = 2
@@ -60,8 +79,15 @@ disabled_plugins = %s
 [grpc]
   address = %q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), disabled, d.Sock)
-	if cri {
-		os.MkdirAll(filepath.Join(dir, "cni", "conf"), 0o755)
+	if o.CRI {
+		cniBin, cniConf := filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf")
+		os.MkdirAll(cniConf, 0o755)
+		if o.CNIBin != "" {
+			cniBin = o.CNIBin
+			if err := os.WriteFile(filepath.Join(cniConf, "10-smoltest.conflist"), []byte(bridgeNetwork(filepath.Join(dir, "cni", "ipam"))), 0o644); err != nil {
+				return nil, err
+			}
+		}
 		config += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -69,16 +95,42 @@ disabled_plugins = %s
     default_runtime_name = "smol"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.smol]
       runtime_type = %q
-  [plugins."io.containerd.grpc.v1.cri".cni]
+`, PauseImage, Runtime)
+		if o.Runc {
+			config += `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+`
+		}
+		config += fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, PauseImage, Runtime, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+`, cniBin, cniConf)
+		for _, host := range o.PlainHTTP {
+			config += fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".registry.mirrors.%q]
+    endpoint = [%q]
+`, host, "http://"+host)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	d.env = append(os.Environ(), "PATH="+filepath.Dir(shim)+":"+os.Getenv("PATH"), "SMOL_SHIM_ROOT="+d.ShimRoot())
 	return d, d.start()
+}
+
+// bridgeNetwork is a CNI network list: a bridge with host-local addresses
+// kept in ipamDir, and loopback.
+func bridgeNetwork(ipamDir string) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "smoltest",
+  "plugins": [
+    {"type": "bridge", "bridge": "smoltest0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "loopback"}
+  ]
+}
+`, ipamDir)
 }
 
 // ShimRoot is where the shim keeps its machines and container roots.

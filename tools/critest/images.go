@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol/internal/containerdtest"
+	"github.com/smolvm/smol/internal/imagetest"
+)
+
+// The suite's users and groups (cri-tools pkg/validate/consts.go): the
+// images run as these, and its specs check the ids they see.
+const (
+	passwd = "root:x:0:0:root:/root:/bin/sh\n" +
+		"www-data:x:33:33:www-data:/var/www:/bin/sh\n" +
+		"default-user:x:1000:1000:default-user:/home/default-user:/bin/sh\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
+	group = "root:x:0:\nwww-data:x:33:\ndefault-user:x:1000:\n" +
+		"group-defined-in-image:x:50000:default-user\nnogroup:x:65534:\n"
+	webPage = "<html><body><h1>Welcome to nginx!</h1></body></html>\n"
+)
+
+// suiteImage is one image the suite pulls, by its path behind the
+// registry prefix, and how it differs from the plain busybox root.
+type suiteImage struct {
+	path   string
+	config v1.Config
+}
+
+func suiteImages() []suiteImage {
+	web := v1.Config{Entrypoint: []string{"/bin/httpd", "-f", "-p", "80", "-h", "/www"}}
+	staging := "k8s-staging-cri-tools/"
+	images := []suiteImage{
+		{path: "e2e-test-images/busybox:1.29-2"},
+		{path: "e2e-test-images/nginx:1.14-2", config: web},
+		{path: "e2e-test-images/httpd:2.4.39-4", config: web},
+		{path: staging + "test-image-latest:latest"},
+		{path: staging + "test-image-tag:test"},
+		{path: staging + "test-image-tag:all"},
+		{path: staging + "test-image-user-uid:latest", config: v1.Config{User: "1002"}},
+		{path: staging + "test-image-user-username:latest", config: v1.Config{User: "www-data"}},
+		{path: staging + "test-image-user-uid-group:latest", config: v1.Config{User: "1003:1003"}},
+		{path: staging + "test-image-user-username-group:latest", config: v1.Config{User: "www-data:www-data"}},
+		{path: staging + "test-image-predefined-group:latest", config: v1.Config{User: "1000"}},
+	}
+	for i := 1; i <= 3; i++ {
+		images = append(images,
+			suiteImage{path: fmt.Sprintf("%stest-image-%d:latest", staging, i)},
+			suiteImage{path: fmt.Sprintf("%stest-image-tags:%d", staging, i)})
+	}
+	return images
+}
+
+// pushImages writes every suite image to the registry at host. Each
+// differs in its config (and so in its ID), as the suite's image specs
+// expect of images with different names.
+func pushImages(host string) error {
+	layer, err := busyboxRoot()
+	if err != nil {
+		return err
+	}
+	for i, si := range suiteImages() {
+		cfg := si.config
+		cfg.Env = []string{"PATH=/bin"}
+		cfg.Labels = map[string]string{"smol.critest.image": fmt.Sprint(i)}
+		img, err := imagetest.Image("amd64", cfg, layer)
+		if err != nil {
+			return err
+		}
+		ref, err := name.ParseReference(host + "/" + si.path)
+		if err != nil {
+			return err
+		}
+		if err := remote.Write(ref, img); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+// pauseImage writes the sandbox image containerd is given, as a
+// docker-save tarball for ctr import: busybox sleeping holds a pod's place.
+func pauseImage(dir string) (string, error) {
+	layer, err := busyboxRoot()
+	if err != nil {
+		return "", err
+	}
+	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/sleep", "infinity"}}, layer)
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(containerdtest.PauseImage)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "pause.tar")
+	return out, tarball.WriteToFile(out, tag, img)
+}
+
+// busyboxRoot is a root of the host's static busybox with every applet it
+// has linked in /bin, the suite's users and groups, and a web page.
+func busyboxRoot() (v1.Layer, error) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return nil, fmt.Errorf("static busybox: %w", err)
+	}
+	list, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("busybox --list: %w", err)
+	}
+	bin := imagetest.File("bin/busybox", string(bb))
+	bin.Mode = 0o755
+	tmp := imagetest.Dir("tmp/")
+	tmp.Mode = 0o1777
+	entries := []imagetest.Entry{imagetest.Dir("bin/"), bin,
+		imagetest.Dir("etc/"), imagetest.File("etc/passwd", passwd), imagetest.File("etc/group", group),
+		imagetest.Dir("root/"), tmp, imagetest.Dir("www/"), imagetest.File("www/index.html", webPage),
+		imagetest.Dir("home/"), imagetest.Dir("var/"), imagetest.Dir("var/www/")}
+	for _, applet := range strings.Fields(string(list)) {
+		if applet != "busybox" && !strings.Contains(applet, "/") {
+			entries = append(entries, imagetest.Symlink("bin/"+applet, "busybox"))
+		}
+	}
+	return imagetest.Layer(entries...)
+}
+
+// discardLogger keeps the registry's request log out of the output.
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

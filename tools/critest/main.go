@@ -1,0 +1,176 @@
+// Command critest runs Kubernetes' CRI validation suite (critest, from
+// sigs.k8s.io/cri-tools, built by scripts/build-critest.sh) against one
+// private containerd twice, with runc and with smol's shim as the runtime
+// handler, and prints each one's pass and fail counts and the failures.
+//
+// Offline: the images the suite pulls are served by a registry in this
+// process (go-containerregistry's), under the suite's names behind
+// -registry-prefix. They are made here from the host's static busybox,
+// with the users, groups and web servers the suite expects; the few the
+// suite names by digest cannot be made and fail for every runtime alike.
+//
+// Run it where /dev/kvm boots Linux; on this project's machines that is
+// the test box: make critest.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/smolvm/smol/internal/containerdtest"
+)
+
+func main() {
+	critest := flag.String("critest", "build/critest", "the critest binary")
+	shim := flag.String("shim", "bin/containerd-shim-smol-v2", "smol's shim")
+	runtimes := flag.String("runtimes", "runc,smol", "runtime handlers to run the suite with, in order")
+	focus := flag.String("focus", "", "run only the specs matching this regular expression (ginkgo.focus)")
+	cniBin := flag.String("cni", "/usr/lib/cni", "the CNI plugins (Debian's containernetworking-plugins)")
+	flag.Parse()
+	if err := run(*critest, *shim, *cniBin, *focus, strings.Split(*runtimes, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "critest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(critest, shim, cniBin, focus string, runtimes []string) error {
+	for _, p := range []*string{&critest, &shim} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("%s: %w (make critest builds it)", *p, err)
+		}
+		*p = abs
+	}
+	work, err := os.MkdirTemp("", "smol-critest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(discardLogger())), ReadHeaderTimeout: time.Minute}
+	go srv.Serve(l)
+	defer srv.Close()
+	host := l.Addr().String()
+	if err := pushImages(host); err != nil {
+		return fmt.Errorf("the suite's images: %w", err)
+	}
+
+	d, err := containerdtest.StartWith(work, shim, containerdtest.Options{CRI: true, Runc: true, CNIBin: cniBin, PlainHTTP: []string{host}})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	pause, err := pauseImage(work)
+	if err != nil {
+		return err
+	}
+	if code, _, stderr := d.Ctr("images", "import", "--snapshotter", "native", pause); code != 0 {
+		return fmt.Errorf("ctr import: %s", stderr)
+	}
+	images := filepath.Join(work, "images.yaml")
+	if err := os.WriteFile(images, []byte(fmt.Sprintf("defaultTestContainerImage: %s/e2e-test-images/busybox:1.29-2\nwebServerTestImage: %s/e2e-test-images/nginx:1.14-2\n", host, host)), 0o644); err != nil {
+		return err
+	}
+
+	var results []result
+	for _, rt := range runtimes {
+		fmt.Printf("== critest with the runtime handler %s\n", rt)
+		began := time.Now()
+		r, err := suite(critest, d.Sock, rt, host, images, focus, filepath.Join(work, "report-"+rt))
+		if err != nil {
+			return fmt.Errorf("%s: %w", rt, err)
+		}
+		r.took = time.Since(began)
+		results = append(results, r)
+	}
+	fmt.Println()
+	for _, r := range results {
+		fmt.Printf("%s: %d of %d specs passed, %d failed, %d skipped (%s)\n", r.runtime, r.passed, r.ran, r.failed, r.skipped, r.took.Round(time.Second))
+		for _, f := range r.failures {
+			fmt.Printf("  failed: %s\n", f)
+		}
+	}
+	return nil
+}
+
+// result is one run of the suite.
+type result struct {
+	runtime                      string
+	ran, passed, failed, skipped int
+	failures                     []string
+	took                         time.Duration
+}
+
+// summary is ginkgo's closing line: "Ran 76 of 82 Specs in 97.5 seconds"
+// and then "FAIL! -- 70 Passed | 6 Failed | 0 Pending | 6 Skipped".
+var (
+	ranLine    = regexp.MustCompile(`Ran (\d+) of (\d+) Specs`)
+	countsLine = regexp.MustCompile(`(\d+) Passed \| (\d+) Failed \| \d+ Pending \| (\d+) Skipped`)
+	failLine   = regexp.MustCompile(`^\s*\[FAIL\] (.*)$`)
+)
+
+func suite(critest, sock, runtime, registryHost, images, focus, reportDir string) (result, error) {
+	args := []string{
+		"-runtime-endpoint", "unix://" + sock, "-image-endpoint", "unix://" + sock,
+		"-runtime-handler", runtime, "-registry-prefix", registryHost,
+		"-test-images-file", images, "-report-dir", reportDir,
+		"-ginkgo.no-color", "-ginkgo.timeout", "2h",
+	}
+	if focus != "" {
+		args = append(args, "-ginkgo.focus", focus)
+	}
+	cmd := exec.Command(critest, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return result{}, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	r := result{runtime: runtime}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	summarized, listing := false, false
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Println(line)
+		if m := ranLine.FindStringSubmatch(line); m != nil {
+			fmt.Sscan(m[1], &r.ran)
+		}
+		if m := countsLine.FindStringSubmatch(line); m != nil {
+			fmt.Sscan(m[1], &r.passed)
+			fmt.Sscan(m[2], &r.failed)
+			fmt.Sscan(m[3], &r.skipped)
+			summarized = true
+		}
+		if strings.Contains(line, "Summarizing") && strings.Contains(line, "Failure") {
+			listing = true
+		}
+		if m := failLine.FindStringSubmatch(line); m != nil && listing && !summarized {
+			r.failures = append(r.failures, strings.TrimSpace(m[1]))
+		}
+	}
+	cmd.Wait() // non-zero whenever a spec failed: the counts say how it went
+	if !summarized {
+		return r, fmt.Errorf("critest ended without its summary")
+	}
+	return r, nil
+}
