@@ -116,7 +116,7 @@ bench-image: build kernel box-kernel guest
 
 bench-devices: build kernel box-kernel guest
 	$(GO) build -o bin/bench-devices ./bench/devices
-	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS)"
+	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS) $(BENCH_FLAGS)"
 
 bench-gpu: build kernel box-kernel guest
 	$(GO) build -o bin/bench-gpu ./bench/gpu

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/smolvm/smol"
@@ -25,9 +26,17 @@ func main() {
 	qemuBin := flag.String("qemu", "qemu-system-x86_64", "QEMU binary")
 	cpus := flag.Int("cpus", 1, "vCPUs")
 	mem := flag.String("mem", "512M", "guest memory")
-	only := flag.String("only", "", "run only this VMM (smol or qemu-microvm), to diagnose it; no ratios")
 	extra := flag.String("cmdline", "", "kernel parameters appended for both VMMs (e.g. loglevel=7 to see a guest's crash)")
+	only := flag.String("only", "", "run only this VMM (smol or qemu-microvm), to diagnose it; no ratios")
+	phaseList := flag.String("phases", strings.Join(phases, ","), "the measurements to run: "+strings.Join(phases, ", "))
 	flag.Parse()
+	run := map[string]bool{}
+	for _, p := range strings.Split(*phaseList, ",") {
+		if !slices.Contains(phases, p) {
+			fatal(fmt.Errorf("-phases: %q is not one of %s", p, strings.Join(phases, ", ")))
+		}
+		run[p] = true
+	}
 	if *rounds < 1 || *diskMiB < 16 || *secs <= 0 {
 		fatal(fmt.Errorf("need -rounds >= 1, -disk-mib >= 16 and -seconds > 0"))
 	}
@@ -42,7 +51,7 @@ func main() {
 	}
 	defer env.tearDown()
 
-	rc := func(n network) string { return guestScript(n, *secs, *qd, *fsMiB) }
+	rc := func(n network) string { return guestScript(n, *secs, *qd, *fsMiB, run) }
 	vmms := []*vmm{
 		smolVMM(*smolBin, *kernel, *extra, *cpus, *mem, env, smolNet),
 		qemuVMM(*qemuBin, *kernel, *extra, *cpus, memBytes>>20, env, qemuNet),
@@ -95,7 +104,7 @@ func main() {
 		}
 		return
 	}
-	complete := report(runs[vmms[0].name], runs[vmms[1].name])
+	complete := report(runs[vmms[0].name], runs[vmms[1].name], run)
 	fmt.Printf("failed guest runs: smol %d of %d, qemu-microvm %d of %d\n",
 		failures[vmms[0].name], *rounds, failures[vmms[1].name], *rounds)
 	if !complete || len(failures) > 0 {
