@@ -21,18 +21,19 @@ import (
 // reading goroutine takes the bytes straight out of guest memory. The
 // server's reply goes straight into its chain's writable buffers as the
 // server writes it (Write); only the finished chain goes back to the
-// worker, which completes it. A hand-off costs more than a copy in a
+// worker, which completes it (several at once when they pile up). A hand-off costs more than a copy in a
 // guest whose host is itself a VM, and the guest waits for each reply
 // of a sequential read or write.
 type bridge struct {
-	in          *inbox
-	completions chan completion // finished replies, for the worker
-	done        chan struct{}
-	once        sync.Once
+	in      *inbox
+	replied chan struct{} // finished has grown (capacity 1)
+	done    chan struct{}
+	once    sync.Once
 
-	mu      sync.Mutex
-	closed  bool
-	pending map[uint16]*virtio.Chain // requests by tag, until their reply
+	mu       sync.Mutex
+	closed   bool
+	pending  map[uint16]*virtio.Chain // requests by tag, until their reply
+	finished []completion             // replies written, for the worker to complete
 
 	// The reply being written (the server writes one at a time).
 	header  []byte              // its first bytes, until the header is whole
@@ -54,10 +55,10 @@ const headerLen = 7
 func newBridge() *bridge {
 	done := make(chan struct{})
 	return &bridge{
-		in:          &inbox{queue: make(chan request, QueueSize), done: done},
-		completions: make(chan completion, QueueSize),
-		done:        done,
-		pending:     map[uint16]*virtio.Chain{},
+		in:      &inbox{queue: make(chan request, QueueSize), done: done},
+		replied: make(chan struct{}, 1),
+		done:    done,
+		pending: map[uint16]*virtio.Chain{},
 	}
 }
 
@@ -75,21 +76,28 @@ func (b *bridge) close() {
 func (b *bridge) serve(life *virtio.Worker) {
 	q := life.Queues[0]
 	for {
-		select {
-		case <-life.Stop():
+		switch life.Next(life.Wake(0), b.replied, nil) {
+		case -1:
 			return
-		case <-life.Pausing():
-			if !life.Park() {
-				return
-			}
-		case <-life.Wake(0):
+		case 0:
 			if !b.take(life, q) {
 				return
 			}
-		case c := <-b.completions:
-			if err := q.Complete(c.chain, c.written, life.Interrupt, 0); err != nil {
-				slog.Warn("virtio-9p: complete request", "err", err)
-			}
+		case 1:
+			b.complete(life, q)
+		}
+	}
+}
+
+// complete hands every finished reply's chain back to the guest.
+func (b *bridge) complete(life *virtio.Worker, q *virtio.Queue) {
+	b.mu.Lock()
+	done := b.finished
+	b.finished = nil
+	b.mu.Unlock()
+	for _, c := range done {
+		if err := q.Complete(c.chain, c.written, life.Interrupt, 0); err != nil {
+			slog.Warn("virtio-9p: complete request", "err", err)
 		}
 	}
 }
@@ -225,9 +233,7 @@ func (b *bridge) Write(p []byte) (int, error) {
 			b.left -= uint32(n)
 		}
 		if b.left == 0 {
-			if err := b.finishReply(); err != nil {
-				return 0, err
-			}
+			b.finishReply()
 		}
 	}
 	return total, nil
@@ -266,17 +272,14 @@ func (b *bridge) emit(p []byte) {
 }
 
 // finishReply queues the written chain for the worker and makes ready for
-// the next reply.
-func (b *bridge) finishReply() error {
-	c, out := b.outTo, b.out
+// the next reply; mu held.
+func (b *bridge) finishReply() {
+	if b.outTo != nil {
+		b.finished = append(b.finished, completion{b.outTo, b.out.Written()})
+		select {
+		case b.replied <- struct{}{}:
+		default: // the worker has yet to look: it will see this one too
+		}
+	}
 	b.out, b.outTo, b.tooLong = nil, nil, false
-	if c == nil {
-		return nil
-	}
-	select {
-	case b.completions <- completion{c, out.Written()}:
-		return nil
-	case <-b.done:
-		return io.ErrClosedPipe
-	}
 }
