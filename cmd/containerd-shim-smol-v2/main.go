@@ -21,11 +21,12 @@ import (
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "machine" && os.Args[2] == smol.VMMCommand {
 		signal.Ignore(unix.SIGHUP, unix.SIGINT, unix.SIGPIPE)
-		if len(os.Args) != 4 {
-			fmt.Fprintln(os.Stderr, "usage: containerd-shim-smol-v2 machine __vmm NAME")
+		err := smol.ServeMachineArgs(os.Args[3:])
+		if _, usage := err.(*smol.VMMUsageError); usage {
+			fmt.Fprintf(os.Stderr, "containerd-shim-smol-v2: %v\n", err)
 			os.Exit(2)
 		}
-		if err := smol.ServeMachine(os.Args[3], smol.VMMSource{}); err != nil {
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "smol: %v\n", err)
 			os.Exit(1)
 		}

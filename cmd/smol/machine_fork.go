@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"syscall"
 
 	"github.com/smolvm/smol"
 )
@@ -12,29 +10,11 @@ import (
 // machineVMM is the hidden `smol machine __vmm NAME [--restore PATH
 // [--ram-fd N]] [--ready-fd N]`: the body of a machine's VMM process.
 func machineVMM(args []string) error {
-	fs := newFlags(smol.VMMCommand, "NAME [--restore PATH [--ram-fd N]] [--ready-fd N]")
-	restore := fs.String("restore", "", "restore the machine from this snapshot or fork hand-over")
-	ramFD := fs.Int("ram-fd", -1, "the inherited descriptor of a fork parent's RAM")
-	readyFD := fs.Int("ready-fd", -1, "an inherited pipe to write a byte to once the machine runs")
-	names, err := parse(fs, args, 1)
-	if err != nil {
-		return err
+	err := smol.ServeMachineArgs(args)
+	if u, ok := err.(*smol.VMMUsageError); ok {
+		return usageError{u.Error()}
 	}
-	src := smol.VMMSource{Snapshot: *restore}
-	if *readyFD >= 0 {
-		if *readyFD < 3 || *readyFD == *ramFD {
-			return usageError{"--ready-fd is an inherited descriptor above 2, not the RAM's"}
-		}
-		syscall.CloseOnExec(*readyFD) // for the VMM's own helpers
-		src.Ready = os.NewFile(uintptr(*readyFD), "ready")
-	}
-	if *ramFD >= 0 {
-		if *restore == "" || *ramFD != smol.ForkChildRAMFD {
-			return usageError{"--ram-fd goes with --restore, and is " + fmt.Sprint(smol.ForkChildRAMFD)}
-		}
-		src.RAM = os.NewFile(uintptr(*ramFD), "fork-ram")
-	}
-	return smol.ServeMachine(names[0], src)
+	return err
 }
 
 func machineSnapshot(args []string) error {

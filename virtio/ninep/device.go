@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 
 	"github.com/hugelgupf/p9/p9"
 	"github.com/smolvm/smol/virtio"
@@ -89,9 +92,170 @@ func (d *Device) Activate(env virtio.Env) error {
 	}
 	b := newBridge()
 	srv := p9.NewServer(d.tree)
-	go srv.Handle(b.in, b)
+	go srv.Handle(b.requests, b)
 	return d.Lifecycle.Activate(env, func(life *virtio.Worker) {
 		defer b.close()
 		b.serve(life)
 	})
+}
+
+// bridge carries 9P messages between the virtqueue, where each request
+// is one descriptor chain (the T-message in its readable buffers, room
+// for the R-message in its writable ones), and the 9P server, which reads
+// requests from a stream and writes replies to one, tagged, in any order.
+type bridge struct {
+	requests *io.PipeReader
+	feed     *io.PipeWriter
+	replies  chan []byte // whole R-messages, from the server's goroutines
+	done     chan struct{}
+	once     sync.Once
+
+	mu      sync.Mutex
+	pending map[uint16]*virtio.Chain
+	partial []byte // a reply the server is still writing
+}
+
+func newBridge() *bridge {
+	r, w := io.Pipe()
+	return &bridge{requests: r, feed: w, replies: make(chan []byte, QueueSize), done: make(chan struct{}), pending: map[uint16]*virtio.Chain{}}
+}
+
+// close ends the session: the server reads EOF, and replies still being
+// written are dropped.
+func (b *bridge) close() {
+	b.once.Do(func() { close(b.done) })
+	b.feed.Close()
+	b.requests.Close()
+}
+
+// Write implements io.Writer for the server: it collects bytes into whole
+// replies (size[4] type[1] tag[2] ...) and queues each for the worker.
+func (b *bridge) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	b.partial = append(b.partial, p...)
+	var done [][]byte
+	for len(b.partial) >= 7 {
+		size := int(binary.LittleEndian.Uint32(b.partial))
+		if size < 7 || size > MaxMessage+4096 {
+			b.mu.Unlock()
+			return 0, fmt.Errorf("virtio-9p: the server wrote a %d-byte message", size)
+		}
+		if len(b.partial) < size {
+			break
+		}
+		// The reply is handed over as it is; the next one starts a new
+		// buffer (the server writes a reply in two or three pieces).
+		done = append(done, b.partial[:size:size])
+		if rest := b.partial[size:]; len(rest) > 0 {
+			b.partial = append([]byte(nil), rest...)
+		} else {
+			b.partial = nil
+		}
+	}
+	b.mu.Unlock()
+	for _, m := range done {
+		select {
+		case b.replies <- m:
+		case <-b.done:
+			return 0, io.ErrClosedPipe
+		}
+	}
+	return len(p), nil
+}
+
+// Close implements io.Closer for the server's side.
+func (b *bridge) Close() error { return nil }
+
+// serve runs on the worker: requests from the queue go to the server,
+// replies back into their chains.
+func (b *bridge) serve(life *virtio.Worker) {
+	q := life.Queues[0]
+	for {
+		select {
+		case <-life.Stop():
+			return
+		case <-life.Pausing():
+			if !life.Park() {
+				return
+			}
+		case <-life.Wake(0):
+			if !b.take(life, q) {
+				return
+			}
+		case m := <-b.replies:
+			b.reply(life, q, m)
+		}
+	}
+}
+
+// take passes every available request to the server.
+func (b *bridge) take(life *virtio.Worker, q *virtio.Queue) bool {
+	for !life.Interrupted() {
+		c, err := q.Pop()
+		if errors.Is(err, virtio.ErrMalformed) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		if c == nil {
+			return true
+		}
+		msg, tag, err := request(c)
+		if err != nil {
+			slog.Debug("virtio-9p: dropping a malformed request", "err", err)
+			q.Complete(c, 0, life.Interrupt, 0)
+			continue
+		}
+		b.mu.Lock()
+		if _, busy := b.pending[tag]; busy {
+			b.mu.Unlock()
+			q.Complete(c, 0, life.Interrupt, 0) // a tag already in flight: not a valid request
+			continue
+		}
+		b.pending[tag] = c
+		b.mu.Unlock()
+		// The server reads requests on goroutines of its own; this blocks
+		// only while it is busy taking the previous one.
+		if _, err := b.feed.Write(msg); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// request copies a chain's T-message out of guest memory and checks its
+// framing: the stream the server reads must never lose its place.
+func request(c *virtio.Chain) ([]byte, uint16, error) {
+	n := c.ReadableLen()
+	if n < 7 || n > MaxMessage+4096 {
+		return nil, 0, fmt.Errorf("a request of %d bytes", n)
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(c.NewReader(), msg); err != nil {
+		return nil, 0, err
+	}
+	if size := binary.LittleEndian.Uint32(msg); uint64(size) != n {
+		return nil, 0, fmt.Errorf("a request saying %d bytes in %d", size, n)
+	}
+	return msg, binary.LittleEndian.Uint16(msg[5:]), nil
+}
+
+// reply writes an R-message into the chain of its tag and completes it.
+func (b *bridge) reply(life *virtio.Worker, q *virtio.Queue, m []byte) {
+	tag := binary.LittleEndian.Uint16(m[5:])
+	b.mu.Lock()
+	c := b.pending[tag]
+	delete(b.pending, tag)
+	b.mu.Unlock()
+	if c == nil {
+		return // a reply to a flushed request
+	}
+	w := c.NewWriter()
+	if _, err := w.Write(m); err != nil {
+		slog.Debug("virtio-9p: reply does not fit its request", "tag", tag, "err", err)
+	}
+	if err := q.Complete(c, w.Written(), life.Interrupt, 0); err != nil {
+		slog.Warn("virtio-9p: complete request", "err", err)
+	}
 }
