@@ -113,9 +113,9 @@ func (b *machineBackend) identify() error {
 
 // identityRedial is the pause between dials of a restored guest's agent
 // (a dial before the guest's vsock driver has handled its transport reset
-// is refused at once). 10 ms was tried: in the box, eight children at once
-// then crashed the box's kernel in four boxes of one run, so it stays at
-// 50 ms until that is understood.
+// is refused at once). 10 ms was tried for one box run, in which eight
+// children at once crashed the box's kernel in four boxes; whether the
+// quicker redial had a part in it is not known, so it stays at 50 ms.
 const identityRedial = 50 * time.Millisecond
 
 func newIdentity(generation uint64) (*agent.Identity, error) {
