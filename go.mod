@@ -8,7 +8,7 @@ require (
 	github.com/dustin/go-humanize v1.0.1
 	github.com/gogo/protobuf v1.3.2
 	github.com/google/go-containerregistry v0.22.1
-	github.com/hugelgupf/p9 v0.3.0
+	github.com/hugelgupf/p9 v0.4.1
 	github.com/klauspost/compress v1.19.2
 	github.com/miekg/dns v1.1.73
 	github.com/opencontainers/runtime-spec v1.3.0
