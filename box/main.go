@@ -9,22 +9,23 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/smolvm/smol/vmm"
 )
 
 // InBox reports whether this process runs inside the box.
 func InBox() bool { return os.Getenv("SMOL_IN_BOX") == "1" }
 
-// Main is a TestMain for tests that boot Linux guests. Where this host's
-// /dev/kvm can boot Linux, or inside the box, it runs the tests. Otherwise it
-// runs this same test binary, with the same arguments, inside a box, and
-// returns its exit status: `go test` then boots real guests on any host.
-func Main(m *testing.M) int {
-	if InBox() || vmm.HostBootsLinux() {
+// Main is a TestMain for tests that need a KVM this host may not have:
+// guests that boot Linux (runsHere: vmm.HostBootsLinux), or the KVM
+// layer's tiny hand-made guests, which need only a /dev/kvm. Where
+// runsHere says this host can run them, or inside the box, it runs the
+// tests. Otherwise it runs this same test binary, with the same
+// arguments, inside a box (whose /dev/kvm is real KVM), and returns its
+// exit status: `go test` then runs them on any host.
+func Main(m *testing.M, runsHere func() bool) int {
+	if InBox() || runsHere() {
 		return m.Run()
 	}
-	fmt.Fprintf(os.Stderr, "box: host /dev/kvm cannot boot Linux; running %s inside the test box\n", shortName(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "box: this host's KVM cannot run these tests; running %s inside the test box\n", shortName(os.Args[0]))
 	began := time.Now()
 	timeout := testTimeout(os.Args[1:])
 	args := verboseArgs(os.Args[1:])

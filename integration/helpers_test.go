@@ -21,7 +21,7 @@ import (
 	"github.com/smolvm/smol/vmm"
 )
 
-func TestMain(m *testing.M) { os.Exit(box.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(box.Main(m, vmm.HostBootsLinux)) }
 
 // bootTimeout bounds one guest boot inside the box, where everything runs
 // under a software CPU; a guest that takes longer is hung.

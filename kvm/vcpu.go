@@ -232,16 +232,37 @@ func (v *VCPU) SetCPUID(c *CPUID) error {
 	return err
 }
 
+// unwrittenCPUIDEntry marks the slots of a KVM_GET_CPUID2 buffer that KVM
+// did not fill: no leaf has every register and flag bit set.
+var unwrittenCPUIDEntry = CPUIDEntry{Function: ^uint32(0), Index: ^uint32(0), Flags: ^uint32(0),
+	EAX: ^uint32(0), EBX: ^uint32(0), ECX: ^uint32(0), EDX: ^uint32(0)}
+
 // CPUID returns the vCPU's CPUID table (KVM_GET_CPUID2).
 func (v *VCPU) CPUID() (*CPUID, error) {
 	// KVM answers E2BIG without saying how many it needs; KVM_MAX_CPUID_ENTRIES
 	// is 256, so one try normally suffices.
+	//
+	// Linux 6.1 (the box's kernel, Debian 12's) leaves nent as the caller
+	// gave it when the call succeeds (it sets nent only on an error), while
+	// the 6.18 hosts here set it; so the buffer may come back with
+	// the vCPU's entries followed by whatever it held: fill it with an
+	// entry KVM never writes and drop those from the end.
 	for n := 256; n <= maxCPUIDEntries; n *= 2 {
-		c, err := cpuidIoctl(v.fd, "KVM_GET_CPUID2", kvmGetCPUID2, make([]CPUIDEntry, n))
+		buf := make([]CPUIDEntry, n)
+		for i := range buf {
+			buf[i] = unwrittenCPUIDEntry
+		}
+		c, err := cpuidIoctl(v.fd, "KVM_GET_CPUID2", kvmGetCPUID2, buf)
 		if errors.Is(err, unix.E2BIG) {
 			continue
 		}
-		return c, err
+		if err != nil {
+			return nil, err
+		}
+		for len(c.Entries) > 0 && c.Entries[len(c.Entries)-1] == unwrittenCPUIDEntry {
+			c.Entries = c.Entries[:len(c.Entries)-1]
+		}
+		return c, nil
 	}
 	return nil, fmt.Errorf("KVM_GET_CPUID2: more than %d entries: %w", maxCPUIDEntries, unix.E2BIG)
 }

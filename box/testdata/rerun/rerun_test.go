@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/box"
+	"github.com/smolvm/smol/vmm"
 )
 
-func TestMain(m *testing.M) { os.Exit(box.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(box.Main(m, vmm.HostBootsLinux)) }
 
 // count appends a line to $RERUN_DIR/name and returns how many it holds.
 func count(t *testing.T, name string) int {
