@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,34 +83,67 @@ func (b *machineBackend) identify() error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(identityTimeout)
+	start := agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}
+	return sendIdentity(b.DialAgent, b.m.Done(), start, identityTimeouts{
+		total: identityTimeout, answer: identityAnswerTimeout, redial: identityRedial,
+	})
+}
+
+// identityTimeouts are sendIdentity's limits (variables for its tests).
+type identityTimeouts struct {
+	total  time.Duration // for the whole hand-over
+	answer time.Duration // for one session on a connection the guest took
+	redial time.Duration // between tries
+}
+
+// sendIdentity runs the identity session start with the agent reached by
+// dial, trying again on a new connection until it answers or the time is
+// up; vmDone ends it early.
+//
+// A guest that took the connection answers in well under a second,
+// unless its late transport reset dropped the socket under the agent: the
+// vsock device holds host connections until the guest has handled the
+// reset, but for at most 10 s, and a reset handled after that closes the
+// guest's sockets without a word to the host. So a session that ends
+// without an answer is tried again; the same identity applied twice is
+// harmless.
+func sendIdentity(dial func(context.Context) (net.Conn, error), vmDone <-chan struct{}, start agent.Start, limits identityTimeouts) error {
+	deadline := time.Now().Add(limits.total)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		conn, err := b.DialAgent(ctx)
+		conn, err := dial(ctx)
 		cancel()
 		if err == nil {
-			conn.SetDeadline(deadline) // a guest that took the connection must answer
-			id.Time = time.Now().UnixNano()
-			exit, err := agent.Run(conn, agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}, agent.Streams{})
+			answerBy := time.Now().Add(limits.answer)
+			if answerBy.After(deadline) {
+				answerBy = deadline
+			}
+			conn.SetDeadline(answerBy)
+			start.Identity.Time = time.Now().UnixNano()
+			exit, runErr := agent.Run(conn, start, agent.Streams{})
 			conn.Close()
-			if err != nil {
-				return err
+			if runErr == nil {
+				if exit.Error != "" {
+					return errors.New(exit.Error)
+				}
+				return nil
 			}
-			if exit.Error != "" {
-				return errors.New(exit.Error)
-			}
-			return nil
+			err = runErr
 		}
 		select {
-		case <-b.m.Done():
+		case <-vmDone:
 			return errors.New("the VM ended")
-		case <-time.After(identityRedial):
+		case <-time.After(limits.redial):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the agent did not answer within %v: %w", identityTimeout, err)
+			return fmt.Errorf("the agent did not answer within %v: %w", limits.total, err)
 		}
 	}
 }
+
+// identityAnswerTimeout bounds one identity session on a connection the
+// guest accepted.
+const identityAnswerTimeout = 10 * time.Second
 
 // identityRedial is the pause between dials of a restored guest's agent
 // (a dial before the guest's vsock driver has handled its transport reset
