@@ -28,6 +28,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/smolvm/smol/internal/containerdtest"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -72,6 +73,9 @@ func run(critest, shim, cniBin, focus string, runtimes []string) error {
 		return fmt.Errorf("the suite's images: %w", err)
 	}
 
+	if err := mountCgroups(); err != nil {
+		return err
+	}
 	d, err := containerdtest.StartWith(work, shim, containerdtest.Options{CRI: true, Runc: true, CNIBin: cniBin, PlainHTTP: []string{host}})
 	if err != nil {
 		return err
@@ -173,4 +177,19 @@ func suite(critest, sock, runtime, registryHost, images, focus, reportDir string
 		return r, fmt.Errorf("critest ended without its summary")
 	}
 	return r, nil
+}
+
+// mountCgroups mounts the cgroup v2 hierarchy where runc looks for it when
+// nothing has (the test box's init mounts no cgroups, and runc then
+// refuses every container: "no cgroup mount found in mountinfo").
+func mountCgroups() error {
+	const dir = "/sys/fs/cgroup"
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("cgroup2", dir, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount cgroup2 on %s (runc needs it): %w", dir, err)
+	}
+	return nil
 }
