@@ -83,6 +83,15 @@ func pushImages(host string) error {
 		if err := remote.Write(ref, img); err != nil {
 			return fmt.Errorf("push %s: %w", ref, err)
 		}
+		// With -registry-prefix the suite pulls its container and web
+		// server images by path only, so as :latest (cri-tools'
+		// PullPublicImage re-parses prefix/path and the tag is lost).
+		if strings.HasPrefix(si.path, "e2e-test-images/") {
+			latest := ref.Context().Tag("latest")
+			if err := remote.Write(latest, img); err != nil {
+				return fmt.Errorf("push %s: %w", latest, err)
+			}
+		}
 	}
 	return nil
 }
