@@ -88,8 +88,11 @@ func run(critest, shim, cniBin, focus string, runtimes []string) error {
 	if code, _, stderr := d.Ctr("images", "import", "--snapshotter", "native", pause); code != 0 {
 		return fmt.Errorf("ctr import: %s", stderr)
 	}
+	// The suite pulls these by path only (so as :latest, see pushImages)
+	// and then creates containers by the names given here: both must be
+	// :latest to meet.
 	images := filepath.Join(work, "images.yaml")
-	if err := os.WriteFile(images, []byte(fmt.Sprintf("defaultTestContainerImage: %s/e2e-test-images/busybox:1.29-2\nwebServerTestImage: %s/e2e-test-images/nginx:1.14-2\n", host, host)), 0o644); err != nil {
+	if err := os.WriteFile(images, []byte(fmt.Sprintf("defaultTestContainerImage: %s/e2e-test-images/busybox:latest\nwebServerTestImage: %s/e2e-test-images/nginx:latest\n", host, host)), 0o644); err != nil {
 		return err
 	}
 
