@@ -6,13 +6,14 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu critest demo deps vet fmt clean help FORCE
+.PHONY: all build gpu kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu critest demo deps vet fmt clean help FORCE
 
 all: build
 
 help:
 	@echo "make deps          install build/test dependencies (apt)"
 	@echo "make build         bin/smol, bin/containerd-shim-smol-v2 (and bin/smolbox)"
+	@echo "make gpu           bin/smol-gpu, the 3D renderer helper for --gpu=virgl (cgo, libvirglrenderer-dev)"
 	@echo "make kernel        build/vmlinux, the guest kernel (cached per machine)"
 	@echo "make box-kernel    build/box-vmlinux, the test box's kernel"
 	@echo "make guest         build/init, build/nettool, build/initramfs.cpio (the demo guest), build/agent.cpio (the image agent)"
@@ -41,6 +42,13 @@ bin/smol: FORCE kernel guest
 # The containerd shim carries the guest too: it is its machines' VMM.
 bin/containerd-shim-smol-v2: FORCE bin/smol
 	$(GO) build -tags smol_embed -o $@ ./cmd/containerd-shim-smol-v2
+
+# The 3D renderer helper: the one cgo binary (virglrenderer), found by
+# smol beside its own executable.
+gpu: bin/smol-gpu
+
+bin/smol-gpu: FORCE
+	CGO_ENABLED=1 $(GO) build -o $@ ./cmd/smol-gpu
 
 bin/smolbox: FORCE
 	$(GO) build -o $@ ./cmd/smolbox
@@ -87,7 +95,7 @@ unit-test:
 # the binaries themselves stay CGO_ENABLED=0). The integration tests run
 # alone, last: their box wants both cores, and a busy host makes nested
 # guests unreliable (README, known issue).
-test: build kernel box-kernel stock-kernel guest
+test: build gpu kernel box-kernel stock-kernel guest
 	$(GO) vet ./...
 	$(GO) vet -tags smol_embed ./internal/guestbin
 	CGO_ENABLED=1 $(GO) test -race -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')

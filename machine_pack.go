@@ -147,7 +147,7 @@ func createFromPack(st *machine.Store, c MachineConfig) (_ *NamedMachine, err er
 		spec.Net = &machine.Net{AllowHosts: pm.Net.AllowHosts, AllowCIDRs: pm.Net.AllowCIDRs, DNS: pm.Net.DNS}
 	}
 	if c.GPU == nil && pm.GPU != nil {
-		spec.GPU = &machine.GPU{Width: pm.GPU.Width, Height: pm.GPU.Height}
+		spec.GPU = &machine.GPU{Width: pm.GPU.Width, Height: pm.GPU.Height, Virgl: pm.GPU.Virgl}
 	}
 	if live {
 		spec.Generation = 1 // a copy of the packed machine, as a restore is
@@ -257,7 +257,7 @@ func RunPacked(ctx context.Context, path string, cfg Config, cmd Command) (int, 
 		cfg.Net = &Net{AllowHosts: pm.Net.AllowHosts, AllowCIDRs: pm.Net.AllowCIDRs, DNS: pm.Net.DNS}
 	}
 	if cfg.GPU == nil && pm.GPU != nil {
-		cfg.GPU = &GPU{Width: pm.GPU.Width, Height: pm.GPU.Height}
+		cfg.GPU = &GPU{Width: pm.GPU.Width, Height: pm.GPU.Height, Virgl: pm.GPU.Virgl}
 	}
 	if _, ok := r.Manifest.Section(pack.Storage); ok {
 		// The packed writable layer, copied: the guest's changes go with it.

@@ -121,7 +121,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		cfg.Disks = append(cfg.Disks, Disk{Path: d.Path, ReadOnly: d.ReadOnly})
 	}
 	if g := spec.GPU; g != nil {
-		cfg.GPU = &GPU{Width: g.Width, Height: g.Height}
+		cfg.GPU = &GPU{Width: g.Width, Height: g.Height, Virgl: g.Virgl}
 	}
 	for _, v := range spec.Volumes {
 		cfg.Volumes = append(cfg.Volumes, Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly})

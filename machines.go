@@ -148,7 +148,7 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 		if err := gpu.CheckSize(w, h); err != nil {
 			return nil, err
 		}
-		spec.GPU = &machine.GPU{Width: w, Height: h}
+		spec.GPU = &machine.GPU{Width: w, Height: h, Virgl: g.Virgl}
 	}
 	vols, err := checkVolumes(c.Volumes)
 	if err != nil {

@@ -258,7 +258,7 @@ func packSource(ctx context.Context, c PackConfig) (*packInput, error) {
 			m.Machine.Net = &pack.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS}
 		}
 		if g := sp.GPU; g != nil {
-			m.Machine.GPU = &pack.GPU{Width: g.Width, Height: g.Height}
+			m.Machine.GPU = &pack.GPU{Width: g.Width, Height: g.Height, Virgl: g.Virgl}
 		}
 	}
 	if kernel == "" {

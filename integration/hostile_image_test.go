@@ -4,11 +4,9 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,13 +16,11 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/smolvm/smol/box"
 	"github.com/smolvm/smol/internal/imagetest"
 	"golang.org/x/sys/unix"
 )
@@ -152,83 +148,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// The Debian image: a minbase root of this suite with these packages,
-// built by debootstrap from Debian's archive, packed as a docker-save
-// tarball and cached per machine.
-const (
-	debianSuite  = "bookworm"
-	debianMirror = "http://deb.debian.org/debian"
-	// debianRecipe names the way the root is built, trimmed and packed:
-	// change it with those steps so cached tarballs are rebuilt.
-	debianRecipe = "minbase-slim-docker-uncompressed-1"
-	debianTest   = "TestPullDebianImageRunsPython3"
-	// The host tells the box where the tarball is, or why there is none,
-	// through the environment the box's command inherits.
-	debianPathEnv  = "SMOL_TEST_DEBIAN_IMAGE"
-	debianErrorEnv = "SMOL_TEST_DEBIAN_IMAGE_ERROR"
-)
-
-var debianPackages = []string{"python3"}
-
-// init builds the Debian image on the host, before box.Main moves the
-// tests into the box: the box has no network, and debootstrap under its
-// software CPU would take many minutes. It runs only for a test binary that
-// will run debianTest, and costs a file check once the image is cached. Its
-// time counts against go test's -timeout: a first build (one to several
-// minutes, more on a loaded machine) fits make test's, not always the
-// default 10m.
-func init() {
-	if box.InBox() || !testSelected(debianTest) {
-		return
-	}
-	os.Unsetenv(debianPathEnv)
-	os.Unsetenv(debianErrorEnv)
-	p, err := debianImageOnce()
-	if err != nil {
-		os.Setenv(debianErrorEnv, err.Error())
-		return
-	}
-	os.Setenv(debianPathEnv, p)
+// pythonImage is a Debian root with python3 (debian_image_test.go).
+var pythonImage = &debianImage{
+	test:     "TestPullDebianImageRunsPython3",
+	env:      "SMOL_TEST_DEBIAN_IMAGE",
+	packages: []string{"python3"},
 }
 
-var (
-	debianOnce sync.Once
-	debianPath string
-	debianErr  error
-)
-
-func debianImageOnce() (string, error) {
-	debianOnce.Do(func() { debianPath, debianErr = debianImage() })
-	return debianPath, debianErr
-}
-
-// debianTarball returns the cached Debian image for the test: the one the
-// host built before the box (inside it), or built now (on a host that boots
-// guests itself).
-func debianTarball(t *testing.T) string {
-	t.Helper()
-	if !box.InBox() {
-		p, err := debianImageOnce()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	if msg := os.Getenv(debianErrorEnv); msg != "" {
-		t.Fatalf("building the Debian test image on the host failed: %s", msg)
-	}
-	p := os.Getenv(debianPathEnv)
-	if p == "" {
-		t.Fatalf("the host built no Debian test image before the box (%s is unset)", debianPathEnv)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the Debian test image the host built is not visible in the box: %v", err)
-	}
-	return p
-}
+func init() { pythonImage.prepare() }
 
 func TestPullDebianImageRunsPython3(t *testing.T) {
-	tarPath := debianTarball(t)
+	tarPath := pythonImage.path(t)
 	fi, err := os.Stat(tarPath)
 	if err != nil {
 		t.Fatal(err)
@@ -313,110 +243,6 @@ func smolCache() (string, error) {
 		return "", err
 	}
 	return filepath.Join(h, ".cache", "smol"), nil
-}
-
-// debianImage returns the path of the Debian image tarball, building it
-// first when this machine has none cached: under the cache's debian/, named
-// by a hash of the suite, the packages and the recipe.
-func debianImage() (string, error) {
-	cache, err := smolCache()
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(strings.Join([]string{debianSuite, "amd64", debianRecipe, strings.Join(debianPackages, ",")}, "\n")))
-	dir := filepath.Join(cache, "debian")
-	out := filepath.Join(dir, debianSuite+"-"+hex.EncodeToString(sum[:8])+".tar")
-	if _, err := os.Stat(out); err == nil {
-		return out, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	start := time.Now()
-	fmt.Fprintf(os.Stderr, "integration: building the Debian %s test image (debootstrap: a minute or more, once per machine; cached as %s)\n", debianSuite, out)
-	if err := buildDebianImage(dir, out); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "integration: Debian test image built in %v\n", time.Since(start).Round(time.Second))
-	return out, nil
-}
-
-// buildDebianImage runs debootstrap into a private directory under dir,
-// trims the root the way Debian's slim container images are trimmed, and
-// writes it to out as a one-layer docker-save tarball. The root (setuid
-// programs, device nodes and all) exists on the host only while it is
-// packed.
-func buildDebianImage(dir, out string) (err error) {
-	bootstrap, err := exec.LookPath("debootstrap")
-	if err != nil {
-		return fmt.Errorf("debootstrap is not installed (scripts/install-deps.sh installs it): %w", err)
-	}
-	if os.Geteuid() != 0 {
-		return errors.New("debootstrap needs root (it creates device nodes and runs the packages' scripts in a chroot); run the integration tests as root")
-	}
-	work, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return err
-	}
-	root := filepath.Join(work, "root")
-	defer func() {
-		// debootstrap mounts /proc and /sys in the root while it runs; a
-		// removal must never descend into a mount.
-		if uerr := unmountUnder(root); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("%v; leaving %s in place", uerr, work))
-			return
-		}
-		os.RemoveAll(work)
-	}()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	logPath := filepath.Join(work, "debootstrap.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, bootstrap, "--variant=minbase", "--arch=amd64",
-		"--include="+strings.Join(debianPackages, ","), debianSuite, root, debianMirror)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	runErr := cmd.Run()
-	logFile.Close()
-	if runErr != nil {
-		return fmt.Errorf("debootstrap %s from %s failed (%v); is the archive reachable from this machine? last lines of its log:\n%s",
-			debianSuite, debianMirror, runErr, tail(logPath, 15))
-	}
-
-	for _, pattern := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*",
-		"usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*"} {
-		matches, err := filepath.Glob(filepath.Join(root, pattern))
-		if err != nil {
-			return err
-		}
-		for _, m := range matches {
-			if err := os.RemoveAll(m); err != nil {
-				return err
-			}
-		}
-	}
-	if err := unmountUnder(root); err != nil {
-		return err
-	}
-
-	// GNU tar keeps owners by number, hard links, device nodes and xattrs.
-	layerPath := filepath.Join(work, "layer.tar")
-	if msg, err := exec.CommandContext(ctx, "tar", "--create", "--file", layerPath, "--directory", root,
-		"--format=posix", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--sort=name", ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("pack the Debian root: %v: %s", err, msg)
-	}
-	tmp := filepath.Join(work, "image.tar")
-	if err := writeDockerSave(tmp, layerPath, "smol.test/debian:"+debianSuite, v1.Config{
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Cmd: []string{"bash"},
-	}); err != nil {
-		return fmt.Errorf("write the Debian image: %w", err)
-	}
-	return os.Rename(tmp, out)
 }
 
 // writeDockerSave writes out as a `docker save` archive of one linux/amd64

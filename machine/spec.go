@@ -57,6 +57,7 @@ type Spec struct {
 type GPU struct {
 	Width  uint32 `json:"width"`
 	Height uint32 `json:"height"`
+	Virgl  bool   `json:"virgl,omitempty"` // 3D through the smol-gpu helper
 }
 
 // check validates a fork request's names.

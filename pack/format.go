@@ -74,6 +74,7 @@ type Machine struct {
 type GPU struct {
 	Width  uint32 `json:"width"`
 	Height uint32 `json:"height"`
+	Virgl  bool   `json:"virgl,omitempty"` // 3D through the smol-gpu helper
 }
 
 // Net is a packed machine's network policy (smol's gateway).

@@ -51,6 +51,13 @@ type GPU struct {
 	// Width and Height are the display's size; zero means 1280x800.
 	Width  uint32 `json:"width,omitempty"`
 	Height uint32 `json:"height,omitempty"`
+	// Virgl adds 3D: the guest's OpenGL (Mesa's virgl driver) runs on
+	// the host through virglrenderer, in the smol-gpu helper, a
+	// sandboxed process of its own (package devices/gpu/virgl).
+	Virgl bool `json:"virgl,omitempty"`
+	// Helper is smol-gpu's path; empty: beside the running executable,
+	// then on PATH (virgl.FindHelper).
+	Helper string `json:"helper,omitempty"`
 }
 
 // Disk is a raw disk image given to the guest as a virtio block device.
@@ -181,12 +188,25 @@ func openVirtio(spec Devices, mem *memory.Guest, egressLog io.Writer) (devs []vi
 		devs = append(devs, rng.New())
 	}
 	if spec.GPU != nil {
-		dev, err := gpu.New(gpu.Config{Width: spec.GPU.Width, Height: spec.GPU.Height})
+		cfg := gpu.Config{Width: spec.GPU.Width, Height: spec.GPU.Height}
+		if spec.GPU.Virgl {
+			r, err := startRenderer(*spec.GPU, mem)
+			if err != nil {
+				return devs, spec, err
+			}
+			cfg.Renderer = r
+		}
+		dev, err := gpu.New(cfg)
 		if err != nil {
+			if cfg.Renderer != nil {
+				cfg.Renderer.Close()
+			}
 			return devs, spec, err
 		}
 		w, h := dev.Size()
-		resolved.GPU = &GPU{Width: w, Height: h}
+		g := *spec.GPU
+		g.Width, g.Height = w, h
+		resolved.GPU = &g
 		// A display comes with a keyboard and a tablet, the input a
 		// viewer sends (virtio-input).
 		devs = append(devs, dev, input.New(input.Keyboard), input.New(input.Tablet))

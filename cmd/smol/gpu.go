@@ -9,6 +9,7 @@ import (
 
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/devices/gpu"
+	"github.com/smolvm/smol/devices/gpu/virgl"
 	"github.com/smolvm/smol/internal/atomicfile"
 	"github.com/spf13/pflag"
 )
@@ -23,7 +24,7 @@ type gpuFlags struct {
 
 func addGPUFlags(fs *pflag.FlagSet) gpuFlags {
 	g := gpuFlags{fs: fs}
-	g.mode = fs.String("gpu", "", "give the guest a display (virtio-gpu: /dev/dri/card0, /dev/fb0): --gpu or --gpu=2d")
+	g.mode = fs.String("gpu", "", "give the guest a display (virtio-gpu: /dev/dri/card0, /dev/fb0): --gpu or --gpu=2d; --gpu=virgl adds 3D (OpenGL through virglrenderer in the sandboxed smol-gpu helper)")
 	fs.Lookup("gpu").NoOptDefVal = "2d"
 	g.size = fs.String("gpu-size", fmt.Sprintf("%dx%d", gpu.DefaultWidth, gpu.DefaultHeight), "the display's size, WIDTHxHEIGHT")
 	return g
@@ -37,15 +38,21 @@ func (g gpuFlags) config() (*smol.GPU, error) {
 			return nil, usageError{"--gpu-size needs --gpu"}
 		}
 		return nil, nil
-	case "2d":
-	case "virgl":
-		return nil, usageError{"--gpu=virgl: 3D through virglrenderer is not in this smol yet; --gpu gives a 2D display"}
+	case "2d", "virgl":
 	default:
-		return nil, usageError{fmt.Sprintf("--gpu=%s: unknown mode (want 2d)", *g.mode)}
+		return nil, usageError{fmt.Sprintf("--gpu=%s: unknown mode (want 2d or virgl)", *g.mode)}
 	}
 	w, h, err := parseDisplaySize(*g.size)
 	if err != nil {
 		return nil, usageError{"--gpu-size: " + err.Error()}
+	}
+	if *g.mode == "virgl" {
+		// Found now, so a missing helper is one line before anything is
+		// pulled or booted.
+		if _, err := virgl.FindHelper(); err != nil {
+			return nil, err
+		}
+		return &smol.GPU{Width: w, Height: h, Virgl: true}, nil
 	}
 	return &smol.GPU{Width: w, Height: h}, nil
 }

@@ -24,7 +24,6 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 	}{
 		{[]string{"--mem", "lots"}, true, "not a size"},
 		{[]string{"--gpu=3d", "--", "true"}, true, "--gpu=3d: unknown mode"},
-		{[]string{"--gpu=virgl", "--", "true"}, true, "virglrenderer"},
 		{[]string{"--gpu", "--gpu-size", "big", "--", "true"}, true, "not WIDTHxHEIGHT"},
 		{[]string{"--gpu", "--gpu-size", "100x100", "--", "true"}, true, "display size 100x100"},
 		{[]string{"--gpu", "--gpu-size", "99999999999x1", "--", "true"}, true, "not WIDTHxHEIGHT"},
@@ -64,6 +63,23 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 	}
 	if _, err := runCommand([]string{"--kernel", text}); !errors.Is(err, boot.ErrNotKernel) {
 		t.Errorf("text kernel error %v is not boot.ErrNotKernel", err)
+	}
+}
+
+// --gpu=virgl without its helper is one line saying how to build it,
+// before anything is pulled or booted.
+func TestRunVirglNeedsTheHelper(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", dir)
+	t.Setenv("SMOL_GPU_HELPER", "")
+	if _, err := runCommand([]string{"--gpu=virgl", "--", "true"}); err == nil || !strings.Contains(err.Error(), "make gpu") {
+		t.Errorf("--gpu=virgl with no smol-gpu anywhere: %v, want how to build it", err)
+	}
+	text := filepath.Join(dir, "smol-gpu")
+	os.WriteFile(text, []byte("not a program"), 0o644)
+	t.Setenv("SMOL_GPU_HELPER", text)
+	if _, err := runCommand([]string{"--gpu=virgl", "--", "true"}); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("SMOL_GPU_HELPER naming a text file: %v", err)
 	}
 }
 

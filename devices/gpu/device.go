@@ -25,6 +25,9 @@ type Config struct {
 	// Limits bound the host memory the guest can use; the zero value
 	// means DefaultLimits.
 	Limits Limits
+	// Renderer, when set, gives the guest 3D (VIRTIO_GPU_F_VIRGL): the
+	// device forwards 3D commands to it and closes it with the device.
+	Renderer Renderer
 }
 
 // Device is a virtio-gpu device with one scanout and the 2D command set.
@@ -45,6 +48,14 @@ type Device struct {
 	frame     uint64        // RESOURCE_FLUSHes that touched the scanout
 	frameWake chan struct{} // closed and replaced on every frame
 	stats     Stats
+
+	// 3D, with a renderer: the resources and contexts the guest made
+	// there (resource IDs are one namespace with the 2D table's), and
+	// whether the renderer failed.
+	renderer     Renderer
+	res3D        map[uint32]bool
+	contexts     map[uint32]bool
+	rendererDown bool
 }
 
 // Stats count the device's work since it was created.
@@ -75,14 +86,23 @@ func New(cfg Config) (*Device, error) {
 		limits:    cfg.Limits,
 		res:       newResources(cfg.Limits),
 		frameWake: make(chan struct{}),
+		renderer:  cfg.Renderer,
+		res3D:     map[uint32]bool{},
+		contexts:  map[uint32]bool{},
 	}, nil
 }
 
 // ID implements virtio.Device.
 func (d *Device) ID() virtio.DeviceID { return virtio.IDGPU }
 
-// Features implements virtio.Device: EDID, and no 3D.
-func (d *Device) Features() uint64 { return featureEDID }
+// Features implements virtio.Device: EDID, and 3D (virgl) with a
+// renderer.
+func (d *Device) Features() uint64 {
+	if d.renderer != nil {
+		return featureEDID | featureVirgl
+	}
+	return featureEDID
+}
 
 // QueueSizes implements virtio.Device: control and cursor queues.
 func (d *Device) QueueSizes() []uint16 { return []uint16{ControlQueueSize, CursorQueueSize} }
@@ -92,6 +112,9 @@ func (d *Device) QueueSizes() []uint16 { return []uint16{ControlQueueSize, Curso
 func (d *Device) ReadConfig(offset uint64, data []byte) {
 	var cfg [configSize]byte
 	binary.LittleEndian.PutUint32(cfg[configNumScanouts:], 1)
+	if d.renderer != nil {
+		binary.LittleEndian.PutUint32(cfg[configNumCapsets:], uint32(len(d.renderer.Capsets())))
+	}
 	clear(data)
 	if offset < configSize {
 		copy(data, cfg[offset:])
@@ -118,11 +141,12 @@ func (d *Device) Activate(env virtio.Env) error {
 func (d *Device) Reset() {
 	d.Lifecycle.Reset()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.res = newResources(d.limits)
 	d.scanout = scanout{}
 	d.cursor = Cursor{Updates: d.cursor.Updates}
 	d.nextFrameLocked()
+	d.mu.Unlock()
+	d.reset3D()
 }
 
 // Screenshot returns what the display shows now: the scanout's rectangle

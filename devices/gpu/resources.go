@@ -67,11 +67,9 @@ func (t *resources) unref(id uint32) uint32 {
 	return respOKNoData
 }
 
-// attach is RESOURCE_ATTACH_BACKING. Every entry must be non-empty and lie
-// in guest RAM, and no two may overlap (a transfer would otherwise read
-// the same guest bytes for two parts of the picture, which no driver
-// does); the list is kept as given, in order, since that order is the
-// backing's byte order.
+// attach is RESOURCE_ATTACH_BACKING, the list checked by checkBacking
+// and kept as given, in order, since that order is the backing's byte
+// order.
 func (t *resources) attach(mem virtio.Memory, id uint32, entries []virtio.Buffer) uint32 {
 	r := t.byID[id]
 	switch {
@@ -79,28 +77,42 @@ func (t *resources) attach(mem virtio.Memory, id uint32, entries []virtio.Buffer
 		return respErrInvalidResourceID
 	case r.backing != nil:
 		return respErrUnspec // the spec leaves it open; QEMU answers the same
-	case len(entries) == 0:
-		return respErrInvalidParameter
-	case len(entries) > t.limits.MaxBackingEntries:
-		return respErrOutOfMemory
 	}
-	starts := make([]uint64, len(entries))
-	total := uint64(0)
+	starts, total, resp := checkBacking(mem, entries, t.limits.MaxBackingEntries)
+	if resp != respOKNoData {
+		return resp
+	}
+	r.backing, r.backingStarts, r.backingLen = entries, starts, total
+	return respOKNoData
+}
+
+// checkBacking checks a backing list, for 2D and 3D resources alike:
+// at least one and at most max entries, every entry non-empty and in
+// guest RAM, no two overlapping (a transfer would otherwise read the same
+// guest bytes for two parts of the picture, which no driver does). It
+// returns where each entry starts in the backing and the total length.
+func checkBacking(mem virtio.Memory, entries []virtio.Buffer, max int) (starts []uint64, total uint64, resp uint32) {
+	switch {
+	case len(entries) == 0:
+		return nil, 0, respErrInvalidParameter
+	case len(entries) > max:
+		return nil, 0, respErrOutOfMemory
+	}
+	starts = make([]uint64, len(entries))
 	for i, e := range entries {
 		if e.Len == 0 {
-			return respErrInvalidParameter
+			return nil, 0, respErrInvalidParameter
 		}
 		if _, err := mem.Slice(e.Addr, uint64(e.Len)); err != nil {
-			return respErrInvalidParameter
+			return nil, 0, respErrInvalidParameter
 		}
 		starts[i] = total
 		total += uint64(e.Len)
 	}
 	if overlapping(entries) {
-		return respErrInvalidParameter
+		return nil, 0, respErrInvalidParameter
 	}
-	r.backing, r.backingStarts, r.backingLen = entries, starts, total
-	return respOKNoData
+	return starts, total, respOKNoData
 }
 
 // overlapping tells whether any two entries share a guest byte.

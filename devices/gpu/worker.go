@@ -12,7 +12,11 @@ import (
 // maxCommandBytes bounds how much of a chain's readable part is read: the
 // largest command is ATTACH_BACKING with MaxBackingEntries entries.
 func (d *Device) maxCommandBytes() uint64 {
-	return attachCommandSize + uint64(d.limits.MaxBackingEntries)*memEntrySize
+	n := attachCommandSize + uint64(d.limits.MaxBackingEntries)*memEntrySize
+	if d.renderer != nil {
+		n = max(n, submitCommandSize+maxSubmitBytes)
+	}
+	return n
 }
 
 // run is the worker: it serves both queues on one goroutine, so commands
@@ -71,6 +75,10 @@ func (d *Device) handle(mem virtio.Memory, c *virtio.Chain, q int) uint32 {
 		resp = response(header{}, respErrUnspec, headerSize)
 	} else if q == cursorQueue {
 		d.cursorCommand(cmd)
+	} else if d.uses3D(cmd) {
+		d.mu.Unlock()
+		resp = d.command3D(mem, cmd)
+		d.mu.Lock()
 	} else {
 		resp = d.controlCommand(mem, cmd)
 	}
@@ -109,6 +117,9 @@ func (d *Device) controlCommand(mem virtio.Memory, cmd []byte) []byte {
 			return status(respErrUnspec)
 		}
 		b := cmd[headerSize:]
+		if d.res3D[le32(b)] {
+			return status(respErrInvalidResourceID)
+		}
 		return status(d.res.create(le32(b[0:]), le32(b[4:]), le32(b[8:]), le32(b[12:])))
 	case cmdResourceUnref:
 		if !need(unrefCommandSize) {
@@ -150,11 +161,13 @@ func (d *Device) controlCommand(mem virtio.Memory, cmd []byte) []byte {
 		}
 		return status(d.res.detach(le32(cmd[headerSize:])))
 	case cmdGetCapsetInfo, cmdGetCapset:
-		// num_capsets is 0: every capset index is out of range.
+		// Without a renderer num_capsets is 0: every capset index is out
+		// of range.
 		return status(respErrInvalidParameter)
 	default:
-		// 3D, blob and UUID commands need features this device does not
-		// offer; anything else is not a command.
+		// 3D commands without a renderer, and blob and UUID commands,
+		// need features this device does not offer; anything else is not
+		// a command.
 		return status(respErrUnspec)
 	}
 }
@@ -219,21 +232,31 @@ func (d *Device) flush(rect Rect, resourceID uint32) uint32 {
 // attach decodes ATTACH_BACKING's entry list, which follows the command
 // in the same readable stream.
 func (d *Device) attach(mem virtio.Memory, cmd []byte) uint32 {
-	b := cmd[headerSize:]
-	id, count := le32(b[0:]), le32(b[4:])
+	id := le32(cmd[headerSize:])
+	entries, resp := d.backingList(cmd)
+	if resp != respOKNoData {
+		return resp
+	}
+	return d.res.attach(mem, id, entries)
+}
+
+// backingList decodes ATTACH_BACKING's entries (the caller checked the
+// command's fixed part is there).
+func (d *Device) backingList(cmd []byte) ([]virtio.Buffer, uint32) {
+	count := le32(cmd[headerSize+4:])
 	if uint64(count) > uint64(d.limits.MaxBackingEntries) {
-		return respErrOutOfMemory
+		return nil, respErrOutOfMemory
 	}
 	list := cmd[attachCommandSize:]
 	if uint64(len(list)) < uint64(count)*memEntrySize {
-		return respErrUnspec
+		return nil, respErrUnspec
 	}
 	entries := make([]virtio.Buffer, count)
 	for i := range entries {
 		e := list[i*memEntrySize:]
 		entries[i] = virtio.Buffer{Addr: le64(e[0:]), Len: le32(e[8:])}
 	}
-	return d.res.attach(mem, id, entries)
+	return entries, respOKNoData
 }
 
 // cursorCommand runs UPDATE_CURSOR or MOVE_CURSOR (d.mu held). The cursor

@@ -1,13 +1,16 @@
 package virgl
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,7 +46,7 @@ type Config struct {
 	Memory  *os.File
 	Regions []Region
 	// Log receives the helper's stderr (virglrenderer and Mesa
-	// messages); nil discards it.
+	// messages); nil sends it to the log at debug level.
 	Log io.Writer
 	// Timeout bounds a command and the start; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -68,7 +71,7 @@ func Start(cfg Config) (*Renderer, error) {
 		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Log == nil {
-		cfg.Log = io.Discard
+		cfg.Log = &debugLog{}
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -240,4 +243,54 @@ func (r *Renderer) Close() error {
 	r.kill()
 	<-r.exited
 	return nil
+}
+
+// ErrNoHelper reports that smol-gpu is not installed.
+var ErrNoHelper = errors.New(`--gpu=virgl needs the 3D renderer helper smol-gpu beside smol or on PATH: build it with "make gpu" (needs libvirglrenderer-dev)`)
+
+// FindHelper returns smol-gpu's path: $SMOL_GPU_HELPER, else the file
+// beside the running executable (bin/smol-gpu beside bin/smol), else on
+// PATH.
+func FindHelper() (string, error) {
+	if p := os.Getenv("SMOL_GPU_HELPER"); p != "" {
+		if !isExecutable(p) {
+			return "", fmt.Errorf("SMOL_GPU_HELPER=%s: not an executable file", p)
+		}
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), HelperName); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(HelperName); err == nil {
+		return p, nil
+	}
+	return "", ErrNoHelper
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// debugLog passes the helper's stderr (virglrenderer's and Mesa's
+// messages) to the VMM's log at debug level, a line at a time.
+type debugLog struct{ partial []byte }
+
+func (l *debugLog) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		slog.Debug("smol-gpu: " + string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > 4096 {
+		slog.Debug("smol-gpu: " + string(l.partial))
+		l.partial = nil
+	}
+	return len(p), nil
 }

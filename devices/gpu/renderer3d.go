@@ -1,0 +1,199 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"log/slog"
+
+	"github.com/smolvm/smol/virtio"
+)
+
+// Renderer runs the 3D command set for a device: package
+// devices/gpu/virgl implements it with virglrenderer in a sandboxed
+// helper process. The device checks what it can (sizes, resource IDs
+// against its own table, backing entries against guest RAM) and forwards
+// the rest; the renderer answers with a response type and body.
+type Renderer interface {
+	// Capsets returns the capability set IDs, in GET_CAPSET_INFO index
+	// order.
+	Capsets() []uint32
+	// Command runs one control command, header first.
+	Command(cmd []byte) (typ uint32, body []byte, err error)
+	// AttachBacking gives a 3D resource its backing, checked entries of
+	// guest RAM.
+	AttachBacking(resource uint32, entries []virtio.Buffer) (typ uint32, body []byte, err error)
+	// Close stops the renderer.
+	Close() error
+}
+
+// 3D command types (virtio 1.2, section 5.7.6.7) and the sizes the
+// device checks before forwarding them.
+const (
+	cmdCtxCreate          = 0x0200
+	cmdCtxDestroy         = 0x0201
+	cmdCtxAttachResource  = 0x0202
+	cmdCtxDetachResource  = 0x0203
+	cmdResourceCreate3D   = 0x0204
+	cmdTransferToHost3D   = 0x0205
+	cmdTransferFromHost3D = 0x0206
+	cmdSubmit3D           = 0x0207
+
+	create3DCommandSize = headerSize + 48
+	submitCommandSize   = headerSize + 8 // followed by the command buffer
+	// maxSubmitBytes bounds one SUBMIT_3D command buffer; Mesa's virgl
+	// driver flushes at 256 KiB.
+	maxSubmitBytes = 1 << 20
+)
+
+// uses3D tells whether a control command goes to the renderer (d.mu
+// held): the 3D commands, capsets, and the resource commands that name a
+// 3D resource.
+func (d *Device) uses3D(cmd []byte) bool {
+	if d.renderer == nil {
+		return false
+	}
+	switch h := decodeHeader(cmd); h.Type {
+	case cmdGetCapsetInfo, cmdGetCapset:
+		return true
+	case cmdResourceUnref, cmdResourceAttachBacking, cmdResourceDetachBacking:
+		return len(cmd) >= headerSize+4 && d.res3D[le32(cmd[headerSize:])]
+	default:
+		return h.Type >= cmdCtxCreate && h.Type <= cmdSubmit3D
+	}
+}
+
+// command3D runs a command through the renderer, the worker's own call
+// (d.mu held only for the device's tables, never across the renderer's
+// work, so a screenshot need not wait for a frame to render).
+func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
+	h := decodeHeader(cmd)
+	status := func(typ uint32) []byte { return response(h, typ, headerSize) }
+	var (
+		typ  uint32
+		body []byte
+		err  error
+	)
+	switch h.Type {
+	case cmdResourceCreate3D:
+		if len(cmd) < create3DCommandSize {
+			return status(respErrUnspec)
+		}
+		id := le32(cmd[headerSize:])
+		d.mu.Lock()
+		taken := id == 0 || d.res3D[id] || d.res.byID[id] != nil
+		full := len(d.res3D)+len(d.res.byID) >= d.limits.MaxResources
+		d.mu.Unlock()
+		if taken {
+			return status(respErrInvalidResourceID)
+		}
+		if full {
+			return status(respErrOutOfMemory)
+		}
+		if typ, body, err = d.renderer.Command(cmd); err == nil && typ == respOKNoData {
+			d.mu.Lock()
+			d.res3D[id] = true
+			d.mu.Unlock()
+		}
+	case cmdResourceAttachBacking:
+		if len(cmd) < attachCommandSize {
+			return status(respErrUnspec)
+		}
+		entries, resp := d.backingList(cmd)
+		if resp == respOKNoData {
+			_, _, resp = checkBacking(mem, entries, d.limits.MaxBackingEntries)
+		}
+		if resp != respOKNoData {
+			return status(resp)
+		}
+		typ, body, err = d.renderer.AttachBacking(le32(cmd[headerSize:]), entries)
+	case cmdResourceUnref:
+		id := le32(cmd[headerSize:])
+		typ, body, err = d.renderer.Command(cmd)
+		// Gone from the table whatever the renderer says: the guest
+		// dropped it, and a dead renderer holds nothing.
+		d.mu.Lock()
+		delete(d.res3D, id)
+		d.mu.Unlock()
+	case cmdCtxCreate, cmdCtxDestroy:
+		typ, body, err = d.renderer.Command(cmd)
+		d.mu.Lock()
+		if h.Type == cmdCtxDestroy {
+			delete(d.contexts, h.CtxID)
+		} else if err == nil && typ == respOKNoData {
+			d.contexts[h.CtxID] = true
+		}
+		d.mu.Unlock()
+	case cmdSubmit3D:
+		if len(cmd) < submitCommandSize {
+			return status(respErrUnspec)
+		}
+		if size := le32(cmd[headerSize:]); size > maxSubmitBytes || uint64(size) > uint64(len(cmd)-submitCommandSize) {
+			return status(respErrInvalidParameter)
+		}
+		typ, body, err = d.renderer.Command(cmd)
+	default:
+		typ, body, err = d.renderer.Command(cmd)
+	}
+	if err != nil {
+		d.rendererFailed(err)
+		return status(respErrUnspec)
+	}
+	b := response(h, typ, headerSize+len(body))
+	copy(b[headerSize:], body)
+	return b
+}
+
+// rendererFailed logs the renderer's end once: from then on every 3D
+// command is answered with an error, and the guest's GPU is broken while
+// the machine runs on.
+func (d *Device) rendererFailed(err error) {
+	d.mu.Lock()
+	first := !d.rendererDown
+	d.rendererDown = true
+	d.mu.Unlock()
+	if first {
+		slog.Warn("virtio-gpu: 3D renderer failed; the guest's 3D commands fail from now on", "err", err)
+	}
+}
+
+// reset3D forgets the guest's 3D resources and contexts in the renderer,
+// as a device reset must (the worker is stopped).
+func (d *Device) reset3D() {
+	if d.renderer == nil {
+		return
+	}
+	d.mu.Lock()
+	resources, contexts := d.res3D, d.contexts
+	d.res3D, d.contexts = map[uint32]bool{}, map[uint32]bool{}
+	down := d.rendererDown
+	d.mu.Unlock()
+	if down {
+		return
+	}
+	for id := range resources {
+		if _, _, err := d.renderer.Command(idCommand(cmdResourceUnref, 0, id)); err != nil {
+			d.rendererFailed(err)
+			return
+		}
+	}
+	for ctx := range contexts {
+		if _, _, err := d.renderer.Command(idCommand(cmdCtxDestroy, ctx, 0)); err != nil {
+			d.rendererFailed(err)
+			return
+		}
+	}
+}
+
+// idCommand is a command with a header and one le32 ID (and padding).
+func idCommand(typ, ctx, id uint32) []byte {
+	b := response(header{}, typ, headerSize+8)
+	binary.LittleEndian.PutUint32(b[16:], ctx)
+	binary.LittleEndian.PutUint32(b[headerSize:], id)
+	return b
+}
+
+// Close stops the renderer, if the device has one.
+func (d *Device) Close() {
+	if d.renderer != nil {
+		d.renderer.Close()
+	}
+}

@@ -1,0 +1,206 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// 3D (--gpu=virgl): the guest's OpenGL through Mesa's virgl driver,
+// rendered on the host by virglrenderer in the sandboxed smol-gpu helper.
+
+// glImage is a Debian root with Mesa's EGL and GLES and its DRI drivers
+// (virtio_gpu_dri.so, the guest side of virgl) and gltri
+// (testdata/gltri.c), compiled on the host against the same Debian's
+// libraries.
+var glImage = &debianImage{
+	test:     "TestVirgl3D",
+	env:      "SMOL_TEST_GL_IMAGE",
+	packages: []string{"libegl1", "libgles2", "libegl-mesa0", "libgl1-mesa-dri"},
+	files:    map[string]string{},
+	prebuild: buildGltri,
+}
+
+// gltriEnv tells the box where the host compiled gltri.
+const gltriEnv = "SMOL_TEST_GLTRI"
+
+func init() { glImage.prepare() }
+
+// buildGltri compiles testdata/gltri.c into the cache (once per source)
+// and puts it in the image as /usr/local/bin/gltri.
+func buildGltri(d *debianImage) error {
+	src, err := filepath.Abs("testdata/gltri.c")
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	cache, err := smolCache()
+	if err != nil {
+		return err
+	}
+	sum := strconv.FormatUint(fnv64(data), 16)
+	out := filepath.Join(cache, "gltri", "gltri-"+sum)
+	if _, err := os.Stat(out); err != nil {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		tmp := out + ".tmp"
+		if msg, err := exec.Command("gcc", "-O2", "-Wall", "-o", tmp, src, "-lEGL", "-lGLESv2").CombinedOutput(); err != nil {
+			return fmt.Errorf("compile gltri (gcc, libegl-dev and libgles-dev; make deps installs them): %v: %s", err, msg)
+		}
+		if err := os.Rename(tmp, out); err != nil {
+			return err
+		}
+	}
+	d.files["/usr/local/bin/gltri"] = out
+	os.Setenv(gltriEnv, out)
+	return nil
+}
+
+func fnv64(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+// gltriResult is what gltri printed.
+type gltriResult map[string]string
+
+func parseGltri(out string) gltriResult {
+	r := gltriResult{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			r[k] = v
+		}
+	}
+	return r
+}
+
+// TestVirgl3D: a guest with --gpu=virgl gets a virgl renderer, renders a
+// known triangle and reads back the expected pixels, and a draw workload
+// gives the same picture as the host's llvmpipe running the same program.
+// Killing the helper fails the guest's GPU, not the VMM: the machine runs
+// on and exec works. Without the helper, one line.
+func TestVirgl3D(t *testing.T) {
+	image := glImage.path(t)
+	gltri := os.Getenv(gltriEnv)
+	if gltri == "" {
+		t.Fatalf("the host compiled no gltri before the box (%s is unset)", gltriEnv)
+	}
+	home := t.TempDir()
+
+	t.Run("no-helper", func(t *testing.T) {
+		t.Setenv("SMOL_GPU_HELPER", filepath.Join(t.TempDir(), "smol-gpu"))
+		code, _, stderr := machineCLI(t, home, "create", "nohelper", "--gpu=virgl")
+		if code == 0 || !strings.Contains(stderr, "SMOL_GPU_HELPER") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("create --gpu=virgl with a missing helper: exit %d, stderr %q (want one line)", code, stderr)
+		}
+	})
+
+	mustMachine(t, home, "create", "gl", "--image", image, "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--storage", "2G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "gl") })
+	startMachine(t, home, "gl")
+
+	// The host's own llvmpipe, the reference.
+	hostRun := func(args ...string) gltriResult {
+		t.Helper()
+		out, err := exec.Command(gltri, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("gltri %v on the host: %v: %s", args, err, out)
+		}
+		return parseGltri(string(out))
+	}
+
+	start := time.Now()
+	out := mustMachine(t, home, "exec", "gl", "--", "gltri")
+	t.Logf("guest gltri (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
+	guest := parseGltri(out)
+	if !strings.Contains(guest["renderer"], "virgl") {
+		t.Fatalf("renderer %q: want Mesa's virgl", guest["renderer"])
+	}
+	if guest["center"] != "ff0000ff" || guest["corner"] != "000000ff" {
+		t.Fatalf("triangle: center %s corner %s, want ff0000ff (red) and 000000ff (black)", guest["center"], guest["corner"])
+	}
+	host := hostRun()
+	if guest["hash"] != host["hash"] {
+		t.Errorf("triangle: guest's picture %s, the host's llvmpipe's %s", guest["hash"], host["hash"])
+	}
+
+	const frames = "20"
+	out = mustMachine(t, home, "exec", "gl", "--", "gltri", "bench", frames)
+	guest = parseGltri(out)
+	host = hostRun("bench", frames)
+	t.Logf("%s frames of 256 triangles: guest through virgl %s ms, host llvmpipe %s ms (renderer %q)", frames, guest["ms"], host["ms"], guest["renderer"])
+	if guest["hash"] == "" || guest["hash"] != host["hash"] {
+		t.Errorf("draw workload: guest's picture %q, the host's llvmpipe's %q", guest["hash"], host["hash"])
+	}
+
+	// Kill the helper: the GPU breaks, the machine does not.
+	helper := helperOf(t, home, "gl")
+	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := machineCLI(t, home, "exec", "gl", "--", "timeout", "120", "gltri")
+	t.Logf("gltri after the helper was killed: exit %d, stdout %q, stderr %q", code, out, stderr)
+	if code == 0 && parseGltri(out)["center"] == "ff0000ff" {
+		t.Errorf("gltri drew a red triangle with its renderer killed")
+	}
+	if got := mustMachine(t, home, "exec", "gl", "--", "echo", "alive"); got != "alive\n" {
+		t.Fatalf("exec after the helper died: %q", got)
+	}
+	log, _ := os.ReadFile(filepath.Join(home, "machines", "gl", "vmm.log"))
+	if !bytes.Contains(log, []byte("3D renderer failed")) {
+		t.Errorf("the VMM's log does not say the renderer failed:\n%s", log)
+	}
+}
+
+// helperOf finds the smol-gpu process of machine name: the child of its
+// VMM process (`smol machine __vmm NAME`).
+func helperOf(t *testing.T, home, name string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmm := 0
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) >= 2 && args[len(args)-2] == "__vmm" && args[len(args)-1] == name {
+			environ, _ := os.ReadFile(filepath.Join(p, "environ"))
+			if bytes.Contains(environ, []byte("SMOL_HOME="+home+"\x00")) {
+				vmm, _ = strconv.Atoi(filepath.Base(p))
+			}
+		}
+	}
+	if vmm == 0 {
+		t.Fatalf("no VMM process for machine %s", name)
+	}
+	for _, p := range procs {
+		stat, _ := os.ReadFile(filepath.Join(p, "stat"))
+		// pid (comm) state ppid ...
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || !bytes.Contains(stat[:i], []byte("(smol-gpu")) {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(vmm) {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			return pid
+		}
+	}
+	t.Fatalf("machine %s's VMM (pid %d) has no smol-gpu child", name, vmm)
+	return 0
+}
