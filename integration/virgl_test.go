@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,7 +168,7 @@ func TestVirgl3D(t *testing.T) {
 }
 
 // helperOf finds the smol-gpu process of machine name: the child of its
-// VMM process (`smol machine __vmm NAME`).
+// VMM process (`smol machine __vmm NAME [flags]`, SMOL_HOME=home).
 func helperOf(t *testing.T, home, name string) int {
 	t.Helper()
 	procs, err := filepath.Glob("/proc/[0-9]*")
@@ -178,7 +179,7 @@ func helperOf(t *testing.T, home, name string) int {
 	for _, p := range procs {
 		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 2 && args[len(args)-2] == "__vmm" && args[len(args)-1] == name {
+		if i := slices.Index(args, "__vmm"); i >= 0 && i+1 < len(args) && args[i+1] == name {
 			environ, _ := os.ReadFile(filepath.Join(p, "environ"))
 			if bytes.Contains(environ, []byte("SMOL_HOME="+home+"\x00")) {
 				vmm, _ = strconv.Atoi(filepath.Base(p))

@@ -25,7 +25,17 @@
 // breaks a rule is answered with the virtio-gpu error the spec gives for
 // it and changes nothing.
 //
-// 3D (virgl) commands are answered with VIRTIO_GPU_RESP_ERR_UNSPEC: the
-// device does not offer VIRTIO_GPU_F_VIRGL, so a conforming driver never
+// 3D (virgl) needs a Renderer (Config.Renderer; package
+// devices/gpu/virgl runs virglrenderer in a sandboxed helper process).
+// With one the device offers VIRTIO_GPU_F_VIRGL and the renderer's
+// capsets, and forwards the 3D commands (contexts, 3D resources, their
+// transfers, command submission, capsets) and the resource commands that
+// name a 3D resource. Resource IDs are one namespace across the two
+// tables; 3D resources count against MaxResources; a 3D resource's
+// backing list is checked exactly like a 2D one's before the renderer
+// sees it. A renderer that fails turns every later 3D command into
+// VIRTIO_GPU_RESP_ERR_UNSPEC and leaves the 2D display working. Without
+// a renderer 3D commands are answered with VIRTIO_GPU_RESP_ERR_UNSPEC:
+// the device does not offer the feature, so a conforming driver never
 // sends them.
 package gpu
