@@ -27,7 +27,7 @@ help:
 	@echo "make bench-pack    pack size and time of a 500 MiB image vs zstd -3 (here), create --from + start vs the cached image's machine (box) (N=$(N))"
 	@echo "make bench-shim    a pod start through containerd's CRI and the shim vs smol run -- true (box) (N=$(N))"
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
-	@echo "make bench-gpu     full-screen display updates/s, smol vs QEMU virtio-gpu-device (box, ROUNDS=$(ROUNDS)); screenshot time"
+	@echo "make bench-gpu     full-screen display updates/s, smol vs QEMU virtio-gpu-device (box, ROUNDS=$(ROUNDS)); screenshot time; 3D through virgl vs the host's GL"
 	@echo "make critest       Kubernetes' CRI validation suite (cri-tools' critest) with runc and with smol's shim, pass/fail counts (box)"
 	@echo "make bench-net     smol's userspace gateway vs QEMU with passt and slirp (and smol on a TAP): TCP both ways, connection setup (ROUNDS=$(ROUNDS))"
 
@@ -126,10 +126,15 @@ bench-devices: build kernel box-kernel guest
 	$(GO) build -o bin/bench-devices ./bench/devices
 	@bin/smolbox "bin/bench-devices -rounds $(ROUNDS) $(BENCH_FLAGS)"
 
-bench-gpu: build kernel box-kernel guest
+# The 2D display against QEMU's, the screenshot, then 3D through virgl
+# against the same GL program on the host (bench/virgl: -prepare builds
+# its Debian image with Mesa on the host, outside the box).
+bench-gpu: build gpu kernel box-kernel guest
 	$(GO) build -o bin/bench-gpu ./bench/gpu
 	@bin/smolbox "bin/bench-gpu -rounds $(ROUNDS)"
 	CGO_ENABLED=1 $(GO) test -run XXX -bench Screenshot -benchtime 20x ./devices/gpu
+	$(GO) build -o bin/bench-virgl ./bench/virgl
+	@set -e; flags=$$(bin/bench-virgl -prepare); bin/smolbox "bin/bench-virgl -rounds $(ROUNDS) $$flags"
 
 bench-net: build kernel box-kernel guest
 	$(GO) build -o bin/bench-net ./bench/net

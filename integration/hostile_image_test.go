@@ -2,13 +2,6 @@ package integration
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -20,9 +13,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/smolvm/smol/internal/debimage"
 	"github.com/smolvm/smol/internal/imagetest"
-	"golang.org/x/sys/unix"
 )
 
 // These tests show, in a booted guest, what the image pipeline promises
@@ -150,9 +142,11 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // pythonImage is a Debian root with python3 (debian_image_test.go).
 var pythonImage = &debianImage{
-	test:     "TestPullDebianImageRunsPython3",
-	env:      "SMOL_TEST_DEBIAN_IMAGE",
-	packages: []string{"python3"},
+	test: "TestPullDebianImageRunsPython3",
+	env:  "SMOL_TEST_DEBIAN_IMAGE",
+	image: func() (debimage.Image, error) {
+		return debimage.Image{Packages: []string{"python3"}}, nil
+	},
 }
 
 func init() { pythonImage.prepare() }
@@ -228,131 +222,4 @@ func testSelected(name string) bool {
 	first, _, _ := strings.Cut(run, "/")
 	re, err := regexp.Compile(first)
 	return err != nil || re.MatchString(name)
-}
-
-// smolCache is the per-machine build cache guest/kernel/build.sh uses.
-func smolCache() (string, error) {
-	if d := os.Getenv("SMOL_CACHE"); d != "" {
-		return d, nil
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "smol"), nil
-	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(h, ".cache", "smol"), nil
-}
-
-// writeDockerSave writes out as a `docker save` archive of one linux/amd64
-// image whose one layer is the tar file at layerPath, stored uncompressed,
-// as docker itself stores layers in such archives. (An uncompressed layer
-// also spares the box's software CPU a gunzip of the whole root.)
-func writeDockerSave(out, layerPath, tag string, cfg v1.Config) error {
-	layerFile, err := os.Open(layerPath)
-	if err != nil {
-		return err
-	}
-	defer layerFile.Close()
-	h := sha256.New()
-	size, err := io.Copy(h, layerFile)
-	if err != nil {
-		return err
-	}
-	diffID := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
-	configJSON, err := json.Marshal(v1.ConfigFile{
-		Architecture: "amd64", OS: "linux", Config: cfg,
-		RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diffID}},
-	})
-	if err != nil {
-		return err
-	}
-	configSum := sha256.Sum256(configJSON)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := diffID.Hex + "/layer.tar"
-	manifestJSON, err := json.Marshal(tarball.Manifest{{Config: configName, RepoTags: []string{tag}, Layers: []string{layerName}}})
-	if err != nil {
-		return err
-	}
-
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	member := func(name string, size int64, body io.Reader) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
-			return err
-		}
-		_, err := io.Copy(tw, body)
-		return err
-	}
-	if _, err := layerFile.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	if err := member(configName, int64(len(configJSON)), bytes.NewReader(configJSON)); err != nil {
-		return err
-	}
-	if err := member(layerName, size, layerFile); err != nil {
-		return err
-	}
-	if err := member("manifest.json", int64(len(manifestJSON)), bytes.NewReader(manifestJSON)); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// unmountUnder detaches every mount at or below dir, deepest first, and
-// fails if any is left.
-func unmountUnder(dir string) error {
-	mounts := func() ([]string, error) {
-		f, err := os.Open("/proc/self/mounts")
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		var under []string
-		s := bufio.NewScanner(f)
-		for s.Scan() {
-			fields := strings.Fields(s.Text())
-			if len(fields) < 2 {
-				continue
-			}
-			// Spaces and the like are octal-escaped; dir has none.
-			if mp := fields[1]; mp == dir || strings.HasPrefix(mp, dir+"/") {
-				under = append(under, mp)
-			}
-		}
-		return under, s.Err()
-	}
-	under, err := mounts()
-	if err != nil {
-		return err
-	}
-	sort.Slice(under, func(i, j int) bool { return len(under[i]) > len(under[j]) })
-	for _, mp := range under {
-		unix.Unmount(mp, unix.MNT_DETACH)
-	}
-	if left, err := mounts(); err != nil || len(left) > 0 {
-		return fmt.Errorf("mounts left under %s: %v (%v)", dir, left, err)
-	}
-	return nil
-}
-
-// tail returns the last n lines of the file at p.
-func tail(p string, n int) string {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,81 +11,39 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/smolvm/smol/internal/debimage"
+	"github.com/smolvm/smol/internal/gltri"
 )
 
 // 3D (--gpu=virgl): the guest's OpenGL through Mesa's virgl driver,
 // rendered on the host by virglrenderer in the sandboxed smol-gpu helper.
 
 // glImage is a Debian root with Mesa's EGL and GLES and its DRI drivers
-// (virtio_gpu_dri.so, the guest side of virgl) and gltri
-// (testdata/gltri.c), compiled on the host against the same Debian's
-// libraries.
+// (virtio_gpu_dri.so, the guest side of virgl) and gltri (internal/gltri),
+// compiled on the host against the same Debian's libraries; the host
+// also tells the box where gltri is (gltriEnv), to run it there.
 var glImage = &debianImage{
-	test:     "TestVirgl3D",
-	env:      "SMOL_TEST_GL_IMAGE",
-	packages: []string{"libegl1", "libgles2", "libegl-mesa0", "libgl1-mesa-dri"},
-	files:    map[string]string{},
-	prebuild: buildGltri,
+	test:  "TestVirgl3D",
+	env:   "SMOL_TEST_GL_IMAGE",
+	image: glImageRecipe,
 }
 
-// gltriEnv tells the box where the host compiled gltri.
 const gltriEnv = "SMOL_TEST_GLTRI"
 
 func init() { glImage.prepare() }
 
-// buildGltri compiles testdata/gltri.c into the cache (once per source)
-// and puts it in the image as /usr/local/bin/gltri.
-func buildGltri(d *debianImage) error {
-	src, err := filepath.Abs("testdata/gltri.c")
+func glImageRecipe() (debimage.Image, error) {
+	cache, err := debimage.CacheDir()
 	if err != nil {
-		return err
+		return debimage.Image{}, err
 	}
-	data, err := os.ReadFile(src)
+	bin, err := gltri.Build(cache)
 	if err != nil {
-		return err
+		return debimage.Image{}, err
 	}
-	cache, err := smolCache()
-	if err != nil {
-		return err
-	}
-	sum := strconv.FormatUint(fnv64(data), 16)
-	out := filepath.Join(cache, "gltri", "gltri-"+sum)
-	if _, err := os.Stat(out); err != nil {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		tmp := out + ".tmp"
-		if msg, err := exec.Command("gcc", "-O2", "-Wall", "-o", tmp, src, "-lEGL", "-lGLESv2").CombinedOutput(); err != nil {
-			return fmt.Errorf("compile gltri (gcc, libegl-dev and libgles-dev; make deps installs them): %v: %s", err, msg)
-		}
-		if err := os.Rename(tmp, out); err != nil {
-			return err
-		}
-	}
-	d.files["/usr/local/bin/gltri"] = out
-	os.Setenv(gltriEnv, out)
-	return nil
-}
-
-func fnv64(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	return h
-}
-
-// gltriResult is what gltri printed.
-type gltriResult map[string]string
-
-func parseGltri(out string) gltriResult {
-	r := gltriResult{}
-	for _, line := range strings.Split(out, "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok {
-			r[k] = v
-		}
-	}
-	return r
+	os.Setenv(gltriEnv, bin)
+	return gltri.Image(bin), nil
 }
 
 // TestVirgl3D: a guest with --gpu=virgl gets a virgl renderer, renders a
@@ -96,8 +53,8 @@ func parseGltri(out string) gltriResult {
 // on and exec works. Without the helper, one line.
 func TestVirgl3D(t *testing.T) {
 	image := glImage.path(t)
-	gltri := os.Getenv(gltriEnv)
-	if gltri == "" {
+	gltriBin := os.Getenv(gltriEnv)
+	if gltriBin == "" {
 		t.Fatalf("the host compiled no gltri before the box (%s is unset)", gltriEnv)
 	}
 	home := t.TempDir()
@@ -115,19 +72,19 @@ func TestVirgl3D(t *testing.T) {
 	startMachine(t, home, "gl")
 
 	// The host's own llvmpipe, the reference.
-	hostRun := func(args ...string) gltriResult {
+	hostRun := func(args ...string) gltri.Result {
 		t.Helper()
-		out, err := exec.Command(gltri, args...).CombinedOutput()
+		out, err := exec.Command(gltriBin, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("gltri %v on the host: %v: %s", args, err, out)
 		}
-		return parseGltri(string(out))
+		return gltri.Parse(string(out))
 	}
 
 	start := time.Now()
 	out := mustMachine(t, home, "exec", "gl", "--", "gltri")
 	t.Logf("guest gltri (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
-	guest := parseGltri(out)
+	guest := gltri.Parse(out)
 	if !strings.Contains(guest["renderer"], "virgl") {
 		t.Fatalf("renderer %q: want Mesa's virgl", guest["renderer"])
 	}
@@ -141,7 +98,7 @@ func TestVirgl3D(t *testing.T) {
 
 	const frames = "20"
 	out = mustMachine(t, home, "exec", "gl", "--", "gltri", "bench", frames)
-	guest = parseGltri(out)
+	guest = gltri.Parse(out)
 	host = hostRun("bench", frames)
 	t.Logf("%s frames of 256 triangles: guest through virgl %s ms, host llvmpipe %s ms (renderer %q)", frames, guest["ms"], host["ms"], guest["renderer"])
 	if guest["hash"] == "" || guest["hash"] != host["hash"] {
@@ -155,7 +112,7 @@ func TestVirgl3D(t *testing.T) {
 	}
 	code, out, stderr := machineCLI(t, home, "exec", "gl", "--", "timeout", "120", "gltri")
 	t.Logf("gltri after the helper was killed: exit %d, stdout %q, stderr %q", code, out, stderr)
-	if code == 0 && parseGltri(out)["center"] == "ff0000ff" {
+	if code == 0 && gltri.Parse(out)["center"] == "ff0000ff" {
 		t.Errorf("gltri drew a red triangle with its renderer killed")
 	}
 	if got := mustMachine(t, home, "exec", "gl", "--", "echo", "alive"); got != "alive\n" {

@@ -3,8 +3,8 @@
  * platform (no window system), reads the pixels back and prints what it
  * saw. The same binary runs in a guest (Mesa's virgl driver on
  * /dev/dri/renderD128, rendering on the host through smol-gpu) and on the
- * host (llvmpipe), so the two can be compared. Built and used by
- * integration/virgl_test.go.
+ * host (llvmpipe), so the two can be compared. Package internal/gltri
+ * compiles it; integration/virgl_test.go and bench/virgl run it.
  *
  *   gltri            one red triangle on black, 64x64
  *   gltri bench N    N frames of 256 flat-coloured triangles, 256x256
