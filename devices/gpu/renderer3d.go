@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"encoding/binary"
+
+	"github.com/smolvm/smol/devices/gpu/virgl"
 	"log/slog"
 
 	"github.com/smolvm/smol/virtio"
@@ -25,24 +27,9 @@ type Renderer interface {
 	Close() error
 }
 
-// 3D command types (virtio 1.2, section 5.7.6.7) and the sizes the
-// device checks before forwarding them.
-const (
-	cmdCtxCreate          = 0x0200
-	cmdCtxDestroy         = 0x0201
-	cmdCtxAttachResource  = 0x0202
-	cmdCtxDetachResource  = 0x0203
-	cmdResourceCreate3D   = 0x0204
-	cmdTransferToHost3D   = 0x0205
-	cmdTransferFromHost3D = 0x0206
-	cmdSubmit3D           = 0x0207
-
-	create3DCommandSize = headerSize + 48
-	submitCommandSize   = headerSize + 8 // followed by the command buffer
-	// maxSubmitBytes bounds one SUBMIT_3D command buffer; Mesa's virgl
-	// driver flushes at 256 KiB.
-	maxSubmitBytes = 1 << 20
-)
+// maxSubmitBytes bounds one SUBMIT_3D command buffer; Mesa's virgl
+// driver flushes at 256 KiB.
+const maxSubmitBytes = virgl.MaxSubmitBytes
 
 // uses3D tells whether a control command goes to the renderer (d.mu
 // held): the 3D commands, capsets, and the resource commands that name a
@@ -57,7 +44,7 @@ func (d *Device) uses3D(cmd []byte) bool {
 	case cmdResourceUnref, cmdResourceAttachBacking, cmdResourceDetachBacking:
 		return len(cmd) >= headerSize+4 && d.res3D[le32(cmd[headerSize:])]
 	default:
-		return h.Type >= cmdCtxCreate && h.Type <= cmdSubmit3D
+		return h.Type >= virgl.CmdCtxCreate && h.Type <= virgl.CmdSubmit3D
 	}
 }
 
@@ -73,8 +60,8 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 		err  error
 	)
 	switch h.Type {
-	case cmdResourceCreate3D:
-		if len(cmd) < create3DCommandSize {
+	case virgl.CmdResourceCreate3D:
+		if len(cmd) < virgl.Create3DSize {
 			return status(respErrUnspec)
 		}
 		id := le32(cmd[headerSize:])
@@ -113,20 +100,20 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 		d.mu.Lock()
 		delete(d.res3D, id)
 		d.mu.Unlock()
-	case cmdCtxCreate, cmdCtxDestroy:
+	case virgl.CmdCtxCreate, virgl.CmdCtxDestroy:
 		typ, body, err = d.renderer.Command(cmd)
 		d.mu.Lock()
-		if h.Type == cmdCtxDestroy {
+		if h.Type == virgl.CmdCtxDestroy {
 			delete(d.contexts, h.CtxID)
 		} else if err == nil && typ == respOKNoData {
 			d.contexts[h.CtxID] = true
 		}
 		d.mu.Unlock()
-	case cmdSubmit3D:
-		if len(cmd) < submitCommandSize {
+	case virgl.CmdSubmit3D:
+		if len(cmd) < virgl.SubmitHeaderSize {
 			return status(respErrUnspec)
 		}
-		if size := le32(cmd[headerSize:]); size > maxSubmitBytes || uint64(size) > uint64(len(cmd)-submitCommandSize) {
+		if size := le32(cmd[headerSize:]); size > maxSubmitBytes || uint64(size) > uint64(len(cmd)-virgl.SubmitHeaderSize) {
 			return status(respErrInvalidParameter)
 		}
 		typ, body, err = d.renderer.Command(cmd)
@@ -176,7 +163,7 @@ func (d *Device) reset3D() {
 		}
 	}
 	for ctx := range contexts {
-		if _, _, err := d.renderer.Command(idCommand(cmdCtxDestroy, ctx, 0)); err != nil {
+		if _, _, err := d.renderer.Command(idCommand(virgl.CmdCtxDestroy, ctx, 0)); err != nil {
 			d.rendererFailed(err)
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/smolvm/smol/devices/gpu/virgl"
 	"github.com/smolvm/smol/virtio"
 )
 
@@ -14,7 +15,7 @@ import (
 func (d *Device) maxCommandBytes() uint64 {
 	n := attachCommandSize + uint64(d.limits.MaxBackingEntries)*memEntrySize
 	if d.renderer != nil {
-		n = max(n, submitCommandSize+maxSubmitBytes)
+		n = max(n, virgl.SubmitHeaderSize+maxSubmitBytes)
 	}
 	return n
 }
