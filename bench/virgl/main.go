@@ -1,10 +1,13 @@
 // Command bench-virgl measures 3D through --gpu=virgl against the host's
 // own OpenGL in the same session: gltri (internal/gltri) draws the same
-// frames of flat-coloured triangles in a guest, where Mesa's virgl driver
-// sends them to smol-gpu on the host, and directly on the host (llvmpipe
-// where there is no GPU). Each side's figure is gltri's own time for its
-// draw loop and read-back (the guest's boot and process start are not in
-// it); the two pictures must hash the same, or the round fails.
+// frames in a guest, where Mesa's virgl driver sends them to smol-gpu on
+// the host, and directly on the host (llvmpipe where there is no GPU), in
+// two scenes: "draws" (256 small triangles a frame at 256x256: the API
+// and command stream's cost) and "fill" (8 blended full-screen quads a
+// frame at 1024x1024: the pixels' cost). Each side's figure is gltri's
+// own time for its draw loop and read-back (the guest's boot and process
+// start are not in it); the two pictures must hash the same, or the round
+// fails.
 //
 // Run -prepare on the host first (it builds the Debian image with Mesa
 // and gltri and prints their paths), then the bench where guests boot
@@ -13,10 +16,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/smolvm/smol/bench/internal/rounds"
@@ -52,58 +57,99 @@ func main() {
 	if *image == "" || *gltriBin == "" || *n < 1 || *frames < 1 {
 		fatal(fmt.Errorf("need -image and -gltri (run -prepare first), -rounds >= 1, -frames >= 1"))
 	}
-	args := []string{"bench", fmt.Sprint(*frames)}
-	fmt.Printf("virgl bench: gltri, %d frames of 256 flat-coloured triangles at 256x256, %d rounds; guest: smol run --gpu=virgl, 2 vCPUs, 1 GiB; peer: the same program on the host\n",
-		*frames, *n)
-
-	run := func(who string, cmd *exec.Cmd) (gltri.Result, error) {
-		var out bytes.Buffer
-		if err := rounds.Command(who, cmd, 5*time.Minute, &out); err != nil {
-			return nil, err
-		}
-		r := gltri.Parse(out.String())
-		if _, err := r.Millis(); err != nil {
-			return nil, fmt.Errorf("%s: %w: %s", who, err, out.String())
-		}
-		return r, nil
+	scenes := []struct {
+		name string
+		args []string
+	}{
+		{"draws", []string{"bench", fmt.Sprint(*frames)}},
+		{"fill", []string{"fill", fmt.Sprint(max(1, *frames/2))}},
 	}
-	var guestMs, hostMs []float64
-	renderer := ""
+	fmt.Printf("virgl bench: gltri, scene draws (%s frames of 256 flat-coloured triangles, 256x256) and fill (%s frames of 8 blended full-screen quads, 1024x1024), %d rounds; guest: smol run --gpu=virgl, 2 vCPUs, 1 GiB, both scenes in one boot; peer: the same program on the host\n",
+		scenes[0].args[1], scenes[1].args[1], *n)
+
+	// One guest boot runs every scene, its outputs separated by a line.
+	const sep = "--- next scene ---"
+	var script []string
+	for _, sc := range scenes {
+		script = append(script, "gltri "+strings.Join(sc.args, " "))
+	}
+	guestCmd := func() *exec.Cmd {
+		return exec.Command(*smolBin, "run", "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--image", *image, "--",
+			"sh", "-c", strings.Join(script, " && echo '"+sep+"' && "))
+	}
+	output := func(who string, cmd *exec.Cmd) (string, error) {
+		var out bytes.Buffer
+		if err := rounds.Command(who, cmd, 10*time.Minute, &out); err != nil {
+			return "", err
+		}
+		return out.String(), nil
+	}
+	guestMs, hostMs := map[string][]float64{}, map[string][]float64{}
 	res := rounds.Run(*n, max(3, *n/2), func(attempt int) error {
-		order := []string{"guest", "host"}
-		if attempt%2 == 0 {
-			order = []string{"host", "guest"}
+		guestFirst := attempt%2 == 1
+		var guestOut string
+		hostOut := make([]string, len(scenes))
+		runGuest := func() (err error) {
+			guestOut, err = output("guest", guestCmd())
+			return err
 		}
-		got := map[string]gltri.Result{}
-		for _, who := range order {
-			var cmd *exec.Cmd
-			if who == "guest" {
-				cmd = exec.Command(*smolBin, append([]string{"run", "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--image", *image, "--", "gltri"}, args...)...)
-			} else {
-				cmd = exec.Command(*gltriBin, args...)
+		runHost := func() error {
+			for i, sc := range scenes {
+				out, err := output("host", exec.Command(*gltriBin, sc.args...))
+				if err != nil {
+					return err
+				}
+				hostOut[i] = out
 			}
-			r, err := run(who, cmd)
-			if err != nil {
-				return err
+			return nil
+		}
+		first, second := runGuest, runHost
+		if !guestFirst {
+			first, second = runHost, runGuest
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		parts := strings.Split(guestOut, sep)
+		if len(parts) != len(scenes) {
+			return fmt.Errorf("guest printed %d scenes, want %d: %s", len(parts), len(scenes), guestOut)
+		}
+		type figures struct{ g, h float64 }
+		got := map[string]figures{}
+		for i, sc := range scenes {
+			g, h := gltri.Parse(parts[i]), gltri.Parse(hostOut[i])
+			if !strings.Contains(g["renderer"], "virgl") {
+				return fmt.Errorf("guest renderer %q, want virgl", g["renderer"])
 			}
-			got[who] = r
+			if g["hash"] != h["hash"] {
+				return fmt.Errorf("%s: pictures differ: guest %s, host %s", sc.name, g["hash"], h["hash"])
+			}
+			gms, err1 := g.Millis()
+			hms, err2 := h.Millis()
+			if err := errors.Join(err1, err2); err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			got[sc.name] = figures{gms, hms}
 		}
-		if got["guest"]["hash"] != got["host"]["hash"] {
-			return fmt.Errorf("pictures differ: guest %s, host %s", got["guest"]["hash"], got["host"]["hash"])
+		for _, sc := range scenes {
+			f := got[sc.name]
+			guestMs[sc.name] = append(guestMs[sc.name], f.g)
+			hostMs[sc.name] = append(hostMs[sc.name], f.h)
+			fmt.Printf("round %d %-5s: guest %.0f ms, host %.0f ms, ratio %.2f\n", attempt, sc.name, f.g, f.h, f.h/f.g)
 		}
-		g, _ := got["guest"].Millis()
-		h, _ := got["host"].Millis()
-		guestMs, hostMs = append(guestMs, g), append(hostMs, h)
-		renderer = got["guest"]["renderer"]
-		fmt.Printf("round %d: guest (%s) %.0f ms, host %.0f ms, ratio %.2f\n", attempt, renderer, g, h, h/g)
 		return nil
 	}, func(format string, a ...any) { fmt.Printf(format+"\n", a...) })
-	if len(guestMs) == 0 {
+	if len(guestMs[scenes[0].name]) == 0 {
 		fatal(fmt.Errorf("no round finished: %s", res.Summary(*n)))
 	}
-	g, h := stats.Median(guestMs), stats.Median(hostMs)
-	fmt.Printf("%d frames: guest through virgl %.0f ms (%.1f frames/s), host %.0f ms (%.1f frames/s); ratio (host time / guest time) %.2f (target >= 0.5)\n",
-		*frames, g, float64(*frames)/g*1000, h, float64(*frames)/h*1000, h/g)
+	for _, sc := range scenes {
+		g, h := stats.Median(guestMs[sc.name]), stats.Median(hostMs[sc.name])
+		fmt.Printf("%-5s (gltri %s): guest through virgl %.0f ms, host %.0f ms; ratio (host time / guest time) %.2f (target >= 0.5)\n",
+			sc.name, strings.Join(sc.args, " "), g, h, h/g)
+	}
 	fmt.Println(res.Summary(*n))
 }
 

@@ -7,7 +7,10 @@
  * compiles it; integration/virgl_test.go and bench/virgl run it.
  *
  *   gltri            one red triangle on black, 64x64
- *   gltri bench N    N frames of 256 flat-coloured triangles, 256x256
+ *   gltri bench N    N frames of 256 flat-coloured triangles, 256x256:
+ *                    many small draws, the API and command stream's cost
+ *   gltri fill N     N frames of 8 blended full-screen quads, 1024x1024:
+ *                    few draws, the pixels' cost
  *
  * Output, one "key: value" per line: renderer, center and corner pixels
  * (RGBA hex), the FNV-1a hash of all pixels, and for bench the time.
@@ -38,10 +41,12 @@ static GLuint shader(GLenum type, const char *src) {
 }
 
 int main(int argc, char **argv) {
-	int frames = 0;
-	if (argc == 3 && strcmp(argv[1], "bench") == 0)
+	int frames = 0, fill = 0;
+	if (argc == 3 && (strcmp(argv[1], "bench") == 0 || strcmp(argv[1], "fill") == 0)) {
 		frames = atoi(argv[2]);
-	const int size = frames ? 256 : 64;
+		fill = argv[1][0] == 'f';
+	}
+	const int size = fill ? 1024 : frames ? 256 : 64;
 
 	PFNEGLGETPLATFORMDISPLAYEXTPROC getDisplay =
 		(PFNEGLGETPLATFORMDISPLAYEXTPROC)eglGetProcAddress("eglGetPlatformDisplayEXT");
@@ -101,6 +106,26 @@ int main(int argc, char **argv) {
 		glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 0, tri);
 		glUniform4f(color, 1, 0, 0, 1);
 		glDrawArrays(GL_TRIANGLES, 0, 3);
+	} else if (fill) {
+		/* Each quad covers the whole target, blended at half alpha: the
+		 * arithmetic is exact 8-bit unorm in any renderer. */
+		static const GLfloat quad[] = {-1, -1, 1, -1, -1, 1, 1, -1, 1, 1, -1, 1};
+		GLuint vbo;
+		glGenBuffers(1, &vbo);
+		glBindBuffer(GL_ARRAY_BUFFER, vbo);
+		glBufferData(GL_ARRAY_BUFFER, sizeof quad, quad, GL_STATIC_DRAW);
+		glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 0, NULL);
+		glEnable(GL_BLEND);
+		glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
+		for (int f = 0; f < frames; f++) {
+			glClearColor(0, 0, 0, 1);
+			glClear(GL_COLOR_BUFFER_BIT);
+			for (int i = 0; i < 8; i++) {
+				glUniform4f(color, (float)((i * 31 + f) % 256) / 255.0f, (float)((i * 67) % 256) / 255.0f,
+					    (float)((f * 13) % 256) / 255.0f, 128.0f / 255.0f);
+				glDrawArrays(GL_TRIANGLES, 0, 6);
+			}
+		}
 	} else {
 		/* Triangles on a 16x16 grid, each a flat colour whose channels
 		 * are whole multiples of 1/255: exact in any renderer. */
@@ -110,7 +135,14 @@ int main(int argc, char **argv) {
 			GLfloat *t = &tris[i * 6];
 			t[0] = x; t[1] = y; t[2] = x + 0.125f; t[3] = y; t[4] = x; t[5] = y + 0.125f;
 		}
-		glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 0, tris);
+		/* In a vertex buffer, uploaded once, as a real program keeps its
+		 * geometry: client-side arrays would make the driver upload them
+		 * again for every draw. */
+		GLuint vbo;
+		glGenBuffers(1, &vbo);
+		glBindBuffer(GL_ARRAY_BUFFER, vbo);
+		glBufferData(GL_ARRAY_BUFFER, sizeof tris, tris, GL_STATIC_DRAW);
+		glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 0, NULL);
 		for (int f = 0; f < frames; f++) {
 			glClearColor(0, 0, (float)(f % 256) / 255.0f, 1);
 			glClear(GL_COLOR_BUFFER_BIT);
