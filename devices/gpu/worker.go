@@ -76,12 +76,8 @@ func (d *Device) handle(mem virtio.Memory, c *virtio.Chain, q int) uint32 {
 		resp = response(header{}, respErrUnspec, headerSize)
 	} else if q == cursorQueue {
 		d.cursorCommand(cmd)
-	} else if d.uses3D(cmd) {
-		d.mu.Unlock()
-		resp = d.command3D(mem, cmd)
-		d.mu.Lock()
 	} else {
-		resp = d.controlCommand(mem, cmd)
+		resp = d.control(mem, cmd)
 	}
 	if resp != nil && le32(resp) >= respErrUnspec {
 		d.stats.Errors++
@@ -97,6 +93,18 @@ func (d *Device) handle(mem virtio.Memory, c *virtio.Chain, q int) uint32 {
 		return 0
 	}
 	return w.Written()
+}
+
+// control routes a control-queue command (d.mu held): to the renderer
+// (command3D, which takes d.mu itself, so it is released meanwhile) or to
+// the 2D command set.
+func (d *Device) control(mem virtio.Memory, cmd []byte) []byte {
+	if !d.uses3D(cmd) {
+		return d.controlCommand(mem, cmd)
+	}
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	return d.command3D(mem, cmd)
 }
 
 // controlCommand runs one control-queue command (d.mu held) and returns
