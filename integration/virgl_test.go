@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bytes"
+	"image/color"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,12 +40,12 @@ func glImageRecipe() (debimage.Image, error) {
 	if err != nil {
 		return debimage.Image{}, err
 	}
-	bin, err := gltri.Build(cache)
+	progs, err := gltri.Build(cache)
 	if err != nil {
 		return debimage.Image{}, err
 	}
-	os.Setenv(gltriEnv, bin)
-	return gltri.Image(bin), nil
+	os.Setenv(gltriEnv, progs.Gltri)
+	return gltri.Image(progs), nil
 }
 
 // TestVirgl3D: a guest with --gpu=virgl gets a virgl renderer, renders a
@@ -104,6 +106,41 @@ func TestVirgl3D(t *testing.T) {
 	if guest["hash"] == "" || guest["hash"] != host["hash"] {
 		t.Errorf("draw workload: guest's picture %q, the host's llvmpipe's %q", guest["hash"], host["hash"])
 	}
+
+	// A picture on the display the way a compositor shows one: a GBM
+	// buffer rendered through virgl, put on the CRTC. The screenshot is
+	// read back from the renderer: the top half red, the bottom green.
+	mustMachine(t, home, "exec", "gl", "--", "sh", "-c", "glscan 600 > /tmp/glscan.log 2>&1 &")
+	shot := filepath.Join(t.TempDir(), "shot.png")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, _, stderr := machineCLI(t, home, "screenshot", "gl", "-o", shot)
+		var top, bottom color.RGBA
+		if code == 0 {
+			f, err := os.Open(shot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := img.Bounds()
+			top = color.RGBAModel.Convert(img.At(b.Dx()/2, b.Dy()/4)).(color.RGBA)
+			bottom = color.RGBAModel.Convert(img.At(b.Dx()/2, 3*b.Dy()/4)).(color.RGBA)
+			if top == (color.RGBA{255, 0, 0, 255}) && bottom == (color.RGBA{0, 255, 0, 255}) {
+				t.Logf("screenshot of the GL picture on the display: %v, top %v, bottom %v", b, top, bottom)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_, log, _ := machineCLI(t, home, "exec", "gl", "--", "cat", "/tmp/glscan.log")
+			t.Fatalf("screenshot (exit %d, %s): top %v bottom %v, want red over green; glscan said: %s", code, stderr, top, bottom, log)
+		}
+		time.Sleep(time.Second)
+	}
+	mustMachine(t, home, "exec", "gl", "--", "sh", "-c", "kill $(pidof glscan)")
 
 	// Kill the helper: the GPU breaks, the machine does not.
 	helper := helperOf(t, home, "gl")

@@ -7,9 +7,9 @@
 # attr: the integration tests read file capabilities and xattrs in a guest),
 # containerd (the shim's tests start their own), the CNI plugins (make critest gives pods a bridge network), Chromium and ChromeDriver (the
 # display's live view is tested in a real browser), virglrenderer and Mesa's EGL/GLES (make gpu builds the 3D
-# helper against them; the 3D test compiles a GL program).
+# helper against them; the 3D tests compile GL programs, one of them on GBM and KMS).
 set -euo pipefail
-pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt containerd containernetworking-plugins chromium chromium-driver libvirglrenderer-dev libegl-dev libgles-dev libegl-mesa0 libgl1-mesa-dri)
+pkgs=(make gcc flex bison bc libelf-dev libssl-dev cpio xz-utils linux-source-6.1 qemu-system-x86 busybox-static e2fsprogs debootstrap libcap2-bin attr passt containerd containernetworking-plugins chromium chromium-driver libvirglrenderer-dev libegl-dev libgles-dev libgbm-dev libdrm-dev libegl-mesa0 libgl1-mesa-dri)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,7 +32,10 @@ func startRenderer(g GPU, mem *memory.Guest) (gpu.Renderer, error) {
 	for _, r := range mem.Regions() {
 		regions = append(regions, virgl.Region{GuestAddr: r.GuestAddr, Size: r.Size, FileOffset: r.HostOffset})
 	}
-	r, err := virgl.Start(virgl.Config{Helper: helper, Memory: ram, Regions: regions})
+	// The scanout buffer holds the largest display: a 3D resource on the
+	// scanout is shown through it.
+	r, err := virgl.Start(virgl.Config{Helper: helper, Memory: ram, Regions: regions,
+		ScanoutBytes: gpu.MaxWidth * gpu.MaxHeight * 4})
 	if err != nil {
 		return nil, err
 	}

@@ -43,15 +43,15 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		bin, err := gltri.Build(cache)
+		progs, err := gltri.Build(cache)
 		if err != nil {
 			fatal(err)
 		}
-		img, err := debimage.Build(gltri.Image(bin), os.Stderr)
+		img, err := debimage.Build(gltri.Image(progs), os.Stderr)
 		if err != nil {
 			fatal(err)
 		}
-		fmt.Printf("-image %s -gltri %s\n", img, bin)
+		fmt.Printf("-image %s -gltri %s\n", img, progs.Gltri)
 		return
 	}
 	if *image == "" || *gltriBin == "" || *n < 1 || *frames < 1 {

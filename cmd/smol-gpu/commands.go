@@ -158,5 +158,18 @@ func (r *renderer) attachBacking(res uint32, ranges []memRange) uint32 {
 	return virgl.RespOKNoData
 }
 
+// readScanout serves OpReadScanout: the rectangle must fit the scanout
+// buffer (virglrenderer checks it against the resource).
+func (r *renderer) readScanout(res, x, y, width, height uint32) uint32 {
+	n := uint64(width) * uint64(height) * 4
+	if n == 0 || n > uint64(len(r.scanout)) {
+		return virgl.RespErrInvalidParameter
+	}
+	if rc := r.readInto(res, [6]uint32{x, y, 0, width, height, 1}, width*4, r.scanout[:n]); rc != 0 {
+		return virgl.RespErrInvalidParameter
+	}
+	return virgl.RespOKNoData
+}
+
 func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

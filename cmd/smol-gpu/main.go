@@ -15,8 +15,9 @@ import (
 
 // The descriptors the VMM hands over (package devices/gpu/virgl).
 const (
-	socketFD = 3
-	memoryFD = 4
+	socketFD  = 3
+	memoryFD  = 4
+	scanoutFD = 5
 )
 
 // Every virglrenderer call must come from one thread: its GL contexts
@@ -38,12 +39,17 @@ func run() error {
 	conn := os.NewFile(socketFD, "vmm")
 	hello := func(h virgl.Hello) error { return virgl.WriteFrame(conn, h.Encode()) }
 
-	mem, err := mapGuestRAM()
+	mem, err := mapShared(memoryFD, "guest memory", false)
 	if err != nil {
 		hello(virgl.Hello{Err: err.Error()})
 		return err
 	}
-	r, err := newRenderer(mem)
+	scanout, err := mapShared(scanoutFD, "scanout buffer", true)
+	if err != nil {
+		hello(virgl.Hello{Err: err.Error()})
+		return err
+	}
+	r, err := newRenderer(mem, scanout)
 	if err != nil {
 		hello(virgl.Hello{Err: err.Error()})
 		return err
@@ -61,21 +67,26 @@ func run() error {
 	return serve(conn, r)
 }
 
-// mapGuestRAM maps the guest's RAM, shared: resource backings are read
-// and written in place, where the guest sees them.
-func mapGuestRAM() ([]byte, error) {
+// mapShared maps the file at fd, shared and writable: guest RAM (resource
+// backings are read and written in place, where the guest sees them) or
+// the scanout buffer, which may be empty.
+func mapShared(fd int, what string, mayBeEmpty bool) ([]byte, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(memoryFD, &st); err != nil {
-		return nil, fmt.Errorf("guest memory (fd %d): %w", memoryFD, err)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%s (fd %d): %w", what, fd, err)
+	}
+	if st.Size == 0 && mayBeEmpty {
+		unix.Close(fd)
+		return nil, nil
 	}
 	if st.Size <= 0 || st.Size > 1<<46 {
-		return nil, fmt.Errorf("guest memory of %d bytes", st.Size)
+		return nil, fmt.Errorf("%s of %d bytes", what, st.Size)
 	}
-	m, err := unix.Mmap(memoryFD, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	m, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil, fmt.Errorf("map guest memory: %w", err)
+		return nil, fmt.Errorf("map %s: %w", what, err)
 	}
-	unix.Close(memoryFD)
+	unix.Close(fd)
 	return m, nil
 }
 
@@ -107,6 +118,11 @@ func serve(conn io.ReadWriter, r *renderer) error {
 				mr[i] = memRange{g.Offset, g.Length}
 			}
 			typ = r.attachBacking(res, mr)
+		case virgl.OpReadScanout:
+			if len(req) != 4+20 {
+				return errors.New("read scanout: malformed request")
+			}
+			typ = r.readScanout(le32(req[4:]), le32(req[8:]), le32(req[12:]), le32(req[16:]), le32(req[20:]))
 		default:
 			return fmt.Errorf("unknown op %d", le32(req))
 		}

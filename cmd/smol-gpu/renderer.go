@@ -58,15 +58,16 @@ var capsetIDs = []uint32{1, 2}
 // every call (its GL contexts are current there).
 type renderer struct {
 	mem       []byte // guest RAM, mapped shared
+	scanout   []byte // the scanout buffer the VMM reads (may be empty)
 	nextFence uint32
 	attached  map[uint32]bool // resources with a backing the helper allocated
 }
 
-func newRenderer(mem []byte) (*renderer, error) {
+func newRenderer(mem, scanout []byte) (*renderer, error) {
 	if rc := C.smol_init(C.VIRGL_RENDERER_USE_EGL | C.VIRGL_RENDERER_USE_SURFACELESS); rc != 0 {
 		return nil, fmt.Errorf("virglrenderer could not start (error %d): no usable EGL/OpenGL (Mesa's libegl-mesa0 and libgl1-mesa-dri)", int(rc))
 	}
-	return &renderer{mem: mem, attached: map[uint32]bool{}}, nil
+	return &renderer{mem: mem, scanout: scanout, attached: map[uint32]bool{}}, nil
 }
 
 // capsets returns the IDs of the capsets the renderer fills.
@@ -176,6 +177,23 @@ func (r *renderer) transfer(toHost bool, t transfer3D) int {
 	}
 	return int(C.virgl_renderer_transfer_read_iov(C.uint32_t(t.resource), C.uint32_t(t.ctx), C.uint32_t(t.level),
 		C.uint32_t(t.stride), C.uint32_t(t.layerStride), &box, C.uint64_t(t.offset), nil, 0))
+}
+
+// readInto reads a box of a resource's level 0 into buf (rows of stride
+// bytes), through a one-entry iovec: the resource's own backing is left
+// alone.
+func (r *renderer) readInto(res uint32, box [6]uint32, stride uint32, buf []byte) int {
+	iov := C.smol_iovecs(1)
+	if iov == nil {
+		return -1
+	}
+	defer C.free(unsafe.Pointer(iov))
+	C.smol_set_iovec(iov, 0, unsafe.Pointer(&buf[0]), C.size_t(len(buf)))
+	b := C.struct_virgl_box{
+		x: C.uint32_t(box[0]), y: C.uint32_t(box[1]), z: C.uint32_t(box[2]),
+		w: C.uint32_t(box[3]), h: C.uint32_t(box[4]), d: C.uint32_t(box[5]),
+	}
+	return int(C.virgl_renderer_transfer_read_iov(C.uint32_t(res), 0, 0, C.uint32_t(stride), 0, &b, 0, iov, 1))
 }
 
 // submit runs a context's command buffer (whole dwords).

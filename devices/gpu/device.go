@@ -53,9 +53,13 @@ type Device struct {
 	// there (resource IDs are one namespace with the 2D table's), and
 	// whether the renderer failed.
 	renderer     Renderer
-	res3D        map[uint32]bool
+	res3D        map[uint32]*resource3D
 	contexts     map[uint32]bool
 	rendererDown bool
+	// shown3D is the host's copy of what a 3D resource on the scanout
+	// showed at its last flush (read back from the renderer); nil while
+	// the scanout is 2D or not flushed yet.
+	shown3D *resource
 }
 
 // Stats count the device's work since it was created.
@@ -87,7 +91,7 @@ func New(cfg Config) (*Device, error) {
 		res:       newResources(cfg.Limits),
 		frameWake: make(chan struct{}),
 		renderer:  cfg.Renderer,
-		res3D:     map[uint32]bool{},
+		res3D:     map[uint32]*resource3D{},
 		contexts:  map[uint32]bool{},
 	}, nil
 }
@@ -144,6 +148,7 @@ func (d *Device) Reset() {
 	d.res = newResources(d.limits)
 	d.scanout = scanout{}
 	d.cursor = Cursor{Updates: d.cursor.Updates}
+	d.shown3D = nil
 	d.nextFrameLocked()
 	d.mu.Unlock()
 	d.reset3D()
@@ -154,6 +159,9 @@ func (d *Device) Reset() {
 func (d *Device) Screenshot() (*image.RGBA, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.res3D[d.scanout.resourceID] != nil {
+		return d.screenshot3D(), nil
+	}
 	r := d.res.byID[d.scanout.resourceID]
 	if r == nil {
 		return nil, ErrNoScanout

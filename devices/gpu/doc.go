@@ -33,7 +33,10 @@
 // name a 3D resource. Resource IDs are one namespace across the two
 // tables; 3D resources count against MaxResources; a 3D resource's
 // backing list is checked exactly like a 2D one's before the renderer
-// sees it. A renderer that fails turns every later 3D command into
+// sees it. A 3D resource can be on the scanout: each RESOURCE_FLUSH of it
+// reads the scanout's rectangle back from the renderer into the host's
+// copy (Renderer.ReadScanout), which is what Screenshot shows, as for 2D.
+// A renderer that fails turns every later 3D command into
 // VIRTIO_GPU_RESP_ERR_UNSPEC and leaves the 2D display working. Without
 // a renderer 3D commands are answered with VIRTIO_GPU_RESP_ERR_UNSPEC:
 // the device does not offer the feature, so a conforming driver never

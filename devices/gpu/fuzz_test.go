@@ -92,6 +92,9 @@ func (okRenderer) Command(cmd []byte) (uint32, []byte, error) {
 func (okRenderer) AttachBacking(uint32, []virtio.Buffer) (uint32, []byte, error) {
 	return respOKNoData, nil, nil
 }
+func (okRenderer) ReadScanout(_, _, _, w, h uint32) ([]byte, error) {
+	return make([]byte, uint64(w)*uint64(h)*4), nil
+}
 func (okRenderer) Close() error { return nil }
 
 func checkInvariants(t *testing.T, d *Device) {

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"encoding/binary"
+	"errors"
+	"image"
 
 	"github.com/smolvm/smol/devices/gpu/virgl"
 	"log/slog"
@@ -23,8 +25,19 @@ type Renderer interface {
 	// AttachBacking gives a 3D resource its backing, checked entries of
 	// guest RAM.
 	AttachBacking(resource uint32, entries []virtio.Buffer) (typ uint32, body []byte, err error)
+	// ReadScanout returns rectangle (x, y, width, height) of a 3D
+	// resource, rows of width*4 bytes in its format: what the display
+	// shows when the guest puts a 3D resource on the scanout. The slice
+	// is the renderer's until the next call.
+	ReadScanout(resource, x, y, width, height uint32) ([]byte, error)
 	// Close stops the renderer.
 	Close() error
+}
+
+// resource3D is what the device knows of a 3D resource: enough to check
+// a scanout of it and to show it.
+type resource3D struct {
+	format, width, height uint32
 }
 
 // maxSubmitBytes bounds one SUBMIT_3D command buffer; Mesa's virgl
@@ -42,7 +55,11 @@ func (d *Device) uses3D(cmd []byte) bool {
 	case cmdGetCapsetInfo, cmdGetCapset:
 		return true
 	case cmdResourceUnref, cmdResourceAttachBacking, cmdResourceDetachBacking:
-		return len(cmd) >= headerSize+4 && d.res3D[le32(cmd[headerSize:])]
+		return len(cmd) >= headerSize+4 && d.res3D[le32(cmd[headerSize:])] != nil
+	case cmdResourceFlush:
+		return len(cmd) >= flushCommandSize && d.res3D[le32(cmd[headerSize+rectSize:])] != nil
+	case cmdSetScanout:
+		return len(cmd) >= scanoutCommandSize && d.res3D[le32(cmd[headerSize+rectSize+4:])] != nil
 	default:
 		return h.Type >= virgl.CmdCtxCreate && h.Type <= virgl.CmdSubmit3D
 	}
@@ -66,7 +83,7 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 		}
 		id := le32(cmd[headerSize:])
 		d.mu.Lock()
-		taken := id == 0 || d.res3D[id] || d.res.byID[id] != nil
+		taken := id == 0 || d.res3D[id] != nil || d.res.byID[id] != nil
 		full := len(d.res3D)+len(d.res.byID) >= d.limits.MaxResources
 		d.mu.Unlock()
 		if taken {
@@ -76,8 +93,9 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 			return status(respErrOutOfMemory)
 		}
 		if typ, body, err = d.renderer.Command(cmd); err == nil && typ == respOKNoData {
+			b := cmd[headerSize:]
 			d.mu.Lock()
-			d.res3D[id] = true
+			d.res3D[id] = &resource3D{format: le32(b[8:]), width: le32(b[16:]), height: le32(b[20:])}
 			d.mu.Unlock()
 		}
 	case cmdResourceAttachBacking:
@@ -99,6 +117,10 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 		// dropped it, and a dead renderer holds nothing.
 		d.mu.Lock()
 		delete(d.res3D, id)
+		if d.scanout.resourceID == id {
+			d.scanout, d.shown3D = scanout{}, nil
+			d.nextFrameLocked()
+		}
 		d.mu.Unlock()
 	case virgl.CmdCtxCreate, virgl.CmdCtxDestroy:
 		typ, body, err = d.renderer.Command(cmd)
@@ -109,6 +131,12 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 			d.contexts[h.CtxID] = true
 		}
 		d.mu.Unlock()
+	case cmdSetScanout:
+		b := cmd[headerSize:]
+		return status(d.setScanout3D(decodeRect(b), le32(b[rectSize:]), le32(b[rectSize+4:])))
+	case cmdResourceFlush:
+		b := cmd[headerSize:]
+		typ, err = d.flush3D(decodeRect(b), le32(b[rectSize:]))
 	case virgl.CmdSubmit3D:
 		if len(cmd) < virgl.SubmitHeaderSize {
 			return status(respErrUnspec)
@@ -127,6 +155,83 @@ func (d *Device) command3D(mem virtio.Memory, cmd []byte) []byte {
 	b := response(h, typ, headerSize+len(body))
 	copy(b[headerSize:], body)
 	return b
+}
+
+// setScanout3D is SET_SCANOUT of a 3D resource: the rectangle must be a
+// non-empty part of it no larger than the largest display, in a format
+// the display can show. Its pixels arrive with the next flush.
+func (d *Device) setScanout3D(rect Rect, scanoutID, id uint32) uint32 {
+	if scanoutID != 0 {
+		return respErrInvalidScanoutID
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.res3D[id]
+	switch {
+	case r == nil:
+		return respErrInvalidResourceID
+	case rect.empty() || !rect.within(r.width, r.height) || rect.Width > MaxWidth || rect.Height > MaxHeight:
+		return respErrInvalidParameter
+	case formatChannels[r.format] == (channels{}):
+		return respErrInvalidParameter
+	}
+	d.scanout, d.shown3D = scanout{resourceID: id, rect: rect}, nil
+	d.nextFrameLocked()
+	return respOKNoData
+}
+
+// flush3D is RESOURCE_FLUSH of a 3D resource: when it is on the scanout,
+// the scanout's rectangle is read back from the renderer into the host's
+// copy, a new frame.
+func (d *Device) flush3D(rect Rect, id uint32) (uint32, error) {
+	d.mu.Lock()
+	r := d.res3D[id]
+	sc := d.scanout
+	d.mu.Unlock()
+	switch {
+	case r == nil:
+		return respErrInvalidResourceID, nil
+	case !rect.within(r.width, r.height):
+		return respErrInvalidParameter, nil
+	case sc.resourceID != id:
+		return respOKNoData, nil
+	}
+	px, err := d.renderer.ReadScanout(id, sc.rect.X, sc.rect.Y, sc.rect.Width, sc.rect.Height)
+	if err != nil {
+		if errors.Is(err, virgl.ErrGone) {
+			return 0, err
+		}
+		return respErrInvalidParameter, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.scanout != sc {
+		return respOKNoData, nil // the scanout changed meanwhile
+	}
+	shown := d.shown3D
+	if shown == nil || uint64(len(shown.pixels)) != uint64(len(px)) {
+		shown = &resource{id: id, pixels: make([]byte, len(px))}
+	}
+	shown.format, shown.width, shown.height = r.format, sc.rect.Width, sc.rect.Height
+	copy(shown.pixels, px)
+	d.shown3D = shown
+	d.stats.Frames++
+	d.nextFrameLocked()
+	return respOKNoData, nil
+}
+
+// screenshot3D is what a 3D scanout shows (d.mu held): its last flush,
+// or black before the first.
+func (d *Device) screenshot3D() *image.RGBA {
+	rect := d.scanout.rect
+	if d.shown3D == nil {
+		img := image.NewRGBA(image.Rect(0, 0, int(rect.Width), int(rect.Height)))
+		for i := 3; i < len(img.Pix); i += 4 {
+			img.Pix[i] = 0xff
+		}
+		return img
+	}
+	return screenshot(d.shown3D, Rect{Width: rect.Width, Height: rect.Height})
 }
 
 // rendererFailed logs the renderer's end once: from then on every 3D
@@ -150,7 +255,7 @@ func (d *Device) reset3D() {
 	}
 	d.mu.Lock()
 	resources, contexts := d.res3D, d.contexts
-	d.res3D, d.contexts = map[uint32]bool{}, map[uint32]bool{}
+	d.res3D, d.contexts = map[uint32]*resource3D{}, map[uint32]bool{}
 	down := d.rendererDown
 	d.mu.Unlock()
 	if down {
@@ -178,8 +283,9 @@ func idCommand(typ, ctx, id uint32) []byte {
 	return b
 }
 
-// Close stops the renderer, if the device has one.
+// Close stops the worker and the renderer, if the device has one.
 func (d *Device) Close() {
+	d.Lifecycle.Reset()
 	if d.renderer != nil {
 		d.renderer.Close()
 	}

@@ -30,6 +30,7 @@ type fakeRenderer struct {
 	attached map[uint32][]virtio.Buffer
 	broken   bool
 	closed   bool
+	reads    [][5]uint32 // ReadScanout calls: resource, x, y, width, height
 }
 
 func (f *fakeRenderer) Capsets() []uint32 { return []uint32{1, 2} }
@@ -58,6 +59,24 @@ func (f *fakeRenderer) AttachBacking(id uint32, entries []virtio.Buffer) (uint32
 	}
 	f.attached[id] = entries
 	return okNoData, nil, nil
+}
+
+// ReadScanout answers with B8G8R8X8 pixels that say where they came
+// from: blue = x, green = y of the resource, red = 0x80.
+func (f *fakeRenderer) ReadScanout(id, x, y, w, h uint32) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.broken {
+		return nil, errors.New("renderer gone")
+	}
+	f.reads = append(f.reads, [5]uint32{id, x, y, w, h})
+	px := make([]byte, 0, w*h*4)
+	for j := range h {
+		for i := range w {
+			px = append(px, byte(x+i), byte(y+j), 0x80, 0)
+		}
+	}
+	return px, nil
 }
 
 func (f *fakeRenderer) Close() error {
@@ -230,5 +249,55 @@ func TestRendererResetAndClose(t *testing.T) {
 	defer f.mu.Unlock()
 	if !f.closed {
 		t.Fatal("Close did not close the renderer")
+	}
+}
+
+// A 3D resource on the scanout shows what the renderer reads back of the
+// scanout's rectangle at each flush; before the first flush the display
+// is black; bad rectangles and formats are refused; dropping the
+// resource turns the display off.
+func TestRenderer3DScanout(t *testing.T) {
+	r, f := newRig3D(t, gpu.Limits{})
+	// B8G8R8X8, 64x64, render target + scanout
+	r.want(command(create3D, 4, 2, fmtB8G8R8X8, 1<<1|1<<18, 64, 64, 1, 1, 0, 0, 0, 0), okNoData)
+	r.want(command(create3D, 5, 2, 999, 1<<1, 64, 64, 1, 1, 0, 0, 0, 0), okNoData) // a format no display shows
+	r.want(command(setScanout, 60, 0, 8, 8, 0, 4), errParameter)                  // past the edge
+	r.want(command(setScanout, 0, 0, 8, 8, 0, 5), errParameter)
+	r.want(command(setScanout, 8, 4, 16, 12, 0, 4), okNoData)
+	img, err := r.dev.Screenshot()
+	if err != nil || img.Bounds().Dx() != 16 || img.Bounds().Dy() != 12 || img.Pix[0] != 0 || img.Pix[3] != 0xff {
+		t.Fatalf("before a flush: %v, %v, first pixel %v: want 16x12 black", err, img.Bounds(), img.Pix[:4])
+	}
+	frame := r.dev.Frame()
+	r.want(command(flush, 0, 0, 64, 64, 4, 0), okNoData)
+	if r.dev.Frame() <= frame {
+		t.Fatal("a flush of the scanout's 3D resource made no frame")
+	}
+	f.mu.Lock()
+	reads := append([][5]uint32(nil), f.reads...)
+	f.mu.Unlock()
+	if len(reads) != 1 || reads[0] != [5]uint32{4, 8, 4, 16, 12} {
+		t.Fatalf("renderer reads %v, want the scanout's rectangle of resource 4", reads)
+	}
+	img, err = r.dev.Screenshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pixel (3, 2) of the display is (11, 6) of the resource.
+	if got := img.RGBAAt(3, 2); got.R != 0x80 || got.G != 6 || got.B != 11 || got.A != 0xff {
+		t.Fatalf("pixel (3, 2) is %v, want R 0x80 G 6 B 11", got)
+	}
+	// A flush of a resource not on the scanout reads nothing.
+	r.want(command(create3D, 6, 2, fmtB8G8R8X8, 1<<1, 64, 64, 1, 1, 0, 0, 0, 0), okNoData)
+	r.want(command(flush, 0, 0, 64, 64, 6, 0), okNoData)
+	f.mu.Lock()
+	n := len(f.reads)
+	f.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d reads, want none for a resource off the scanout", n-1)
+	}
+	r.want(command(unref, 4, 0), okNoData)
+	if _, err := r.dev.Screenshot(); !errors.Is(err, gpu.ErrNoScanout) {
+		t.Fatalf("screenshot after the shown resource went: %v", err)
 	}
 }

@@ -126,7 +126,7 @@ func (d *Device) controlCommand(mem virtio.Memory, cmd []byte) []byte {
 			return status(respErrUnspec)
 		}
 		b := cmd[headerSize:]
-		if d.res3D[le32(b)] {
+		if d.res3D[le32(b)] != nil {
 			return status(respErrInvalidResourceID)
 		}
 		return status(d.res.create(le32(b[0:]), le32(b[4:]), le32(b[8:]), le32(b[12:])))
@@ -206,7 +206,7 @@ func (d *Device) setScanout(rect Rect, scanoutID, resourceID uint32) uint32 {
 		return respErrInvalidScanoutID
 	}
 	if resourceID == 0 {
-		d.scanout = scanout{}
+		d.scanout, d.shown3D = scanout{}, nil
 		d.nextFrameLocked()
 		return respOKNoData
 	}
@@ -217,7 +217,7 @@ func (d *Device) setScanout(rect Rect, scanoutID, resourceID uint32) uint32 {
 	case rect.empty() || !rect.within(r.width, r.height):
 		return respErrInvalidParameter
 	}
-	d.scanout = scanout{resourceID: resourceID, rect: rect}
+	d.scanout, d.shown3D = scanout{resourceID: resourceID, rect: rect}, nil
 	d.nextFrameLocked()
 	return respOKNoData
 }

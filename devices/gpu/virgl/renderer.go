@@ -45,6 +45,10 @@ type Config struct {
 	// say where guest addresses lie in it.
 	Memory  *os.File
 	Regions []Region
+	// ScanoutBytes sizes the buffer through which the helper hands over
+	// what a 3D resource on the display shows (ReadScanout); zero: 3D
+	// resources cannot be shown.
+	ScanoutBytes int
 	// Log receives the helper's stderr (virglrenderer and Mesa
 	// messages); nil sends it to the log at debug level.
 	Log io.Writer
@@ -60,6 +64,7 @@ type Renderer struct {
 	cmd     *exec.Cmd
 	capsets []uint32
 	exited  chan struct{} // closed when the helper's process has been reaped
+	scanout []byte        // the scanout buffer, shared with the helper
 
 	mu   sync.Mutex
 	gone error // why the renderer is gone; nil while it works
@@ -86,19 +91,26 @@ func Start(cfg Config) (*Renderer, error) {
 	}
 	conn := fc.(*net.UnixConn)
 
+	scanoutFile, scanout, err := scanoutBuffer(cfg.ScanoutBytes)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	defer scanoutFile.Close()
 	cmd := exec.Command(cfg.Helper)
-	cmd.ExtraFiles = []*os.File{theirs, cfg.Memory} // fd 3, fd 4
+	cmd.ExtraFiles = []*os.File{theirs, cfg.Memory, scanoutFile} // fd 3, 4, 5
 	cmd.Env = helperEnv(os.Environ())
 	cmd.Stderr = cfg.Log
 	cmd.SysProcAttr = sandboxAttr()
 	if err := cmd.Start(); err != nil {
 		conn.Close()
+		unix.Munmap(scanout)
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
 			return nil, fmt.Errorf("smol-gpu: cannot start the renderer in its own user namespace (are user namespaces disabled here?): %w", err)
 		}
 		return nil, fmt.Errorf("smol-gpu: %w", err)
 	}
-	r := &Renderer{cfg: cfg, conn: conn, cmd: cmd, exited: make(chan struct{})}
+	r := &Renderer{cfg: cfg, conn: conn, cmd: cmd, exited: make(chan struct{}), scanout: scanout}
 	go func() {
 		cmd.Wait()
 		close(r.exited)
@@ -120,6 +132,30 @@ func Start(cfg Config) (*Renderer, error) {
 	}
 	r.capsets = hello.Capsets
 	return r, nil
+}
+
+// scanoutBuffer makes the memfd through which the helper hands over
+// scanout pixels, mapped: its pages are only allocated as they are
+// written.
+func scanoutBuffer(size int) (*os.File, []byte, error) {
+	fd, err := unix.MemfdCreate("smol-gpu-scanout", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("smol-gpu: scanout buffer: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "smol-gpu-scanout")
+	if size <= 0 {
+		return f, nil, nil
+	}
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("smol-gpu: scanout buffer: %w", err)
+	}
+	m, err := unix.Mmap(fd, 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("smol-gpu: scanout buffer: %w", err)
+	}
+	return f, m, nil
 }
 
 // helperEnv is the helper's environment: nothing of the VMM's but what
@@ -165,6 +201,29 @@ func (r *Renderer) AttachBacking(id uint32, entries []virtio.Buffer) (uint32, []
 		ranges[i] = Range{Offset: off, Length: uint64(e.Len)}
 	}
 	return r.roundTrip(EncodeAttach(id, ranges))
+}
+
+// ReadScanout returns the pixels of rectangle (x, y, width, height) of
+// 3D resource id, rows of width*4 bytes in the resource's format. The
+// slice is the shared scanout buffer: valid until the next call, and only
+// on the caller's goroutine (the device's worker).
+func (r *Renderer) ReadScanout(id, x, y, width, height uint32) ([]byte, error) {
+	n := uint64(width) * uint64(height) * 4
+	if n == 0 || n > uint64(len(r.scanout)) {
+		return nil, fmt.Errorf("a %dx%d scanout does not fit the %d-byte scanout buffer", width, height, len(r.scanout))
+	}
+	req := binary.LittleEndian.AppendUint32(nil, OpReadScanout)
+	for _, v := range []uint32{id, x, y, width, height} {
+		req = binary.LittleEndian.AppendUint32(req, v)
+	}
+	typ, _, err := r.roundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if typ != RespOKNoData {
+		return nil, fmt.Errorf("the renderer could not read resource %d (%#x)", id, typ)
+	}
+	return r.scanout[:n:n], nil
 }
 
 func (r *Renderer) fileOffset(addr, length uint64) (uint64, bool) {
@@ -242,6 +301,10 @@ func (r *Renderer) Close() error {
 	r.mu.Unlock()
 	r.kill()
 	<-r.exited
+	if r.scanout != nil {
+		unix.Munmap(r.scanout)
+		r.scanout = nil
+	}
 	return nil
 }
 

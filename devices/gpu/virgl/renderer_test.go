@@ -69,7 +69,7 @@ func guestRAM(t *testing.T, size int) (*os.File, []byte) {
 func start(t *testing.T, ram *os.File, size uint64) *Renderer {
 	t.Helper()
 	var log bytes.Buffer
-	r, err := Start(Config{Helper: helper(t), Memory: ram, Regions: []Region{{0, size, 0}}, Log: &log})
+	r, err := Start(Config{Helper: helper(t), Memory: ram, Regions: []Region{{0, size, 0}}, Log: &log, ScanoutBytes: 1 << 16})
 	if err != nil {
 		t.Fatalf("start: %v\nhelper's log:\n%s", err, log.String())
 	}
@@ -150,6 +150,23 @@ func TestTextureRoundTripThroughTheRenderer(t *testing.T) {
 	expect(t, "TRANSFER_FROM_HOST_3D", r, transfer(0x206), 0x1100)
 	if !bytes.Equal(mem[0x1000:0x1040], pattern) {
 		t.Fatalf("read back\n%x\nwant\n%x", mem[0x1000:0x1040], pattern)
+	}
+
+	// What a display would show of it: a 2x2 rectangle at (1, 1), read
+	// into the scanout buffer, rows of 8 bytes.
+	shown, err := r.ReadScanout(res, 1, 1, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte(nil), pattern[16+4:16+12]...), pattern[32+4:32+12]...)
+	if !bytes.Equal(shown, want) {
+		t.Fatalf("scanout read\n%x\nwant\n%x", shown, want)
+	}
+	if _, err := r.ReadScanout(res, 0, 0, 200, 200); err == nil {
+		t.Fatal("a scanout larger than the buffer was read")
+	}
+	if _, err := r.ReadScanout(res, 2, 2, 4, 4); err == nil {
+		t.Fatal("a scanout past the resource's edge was read")
 	}
 
 	expect(t, "DETACH_BACKING", r, command(0x107, 0, 0, res, 0), 0x1100)

@@ -33,6 +33,12 @@ const (
 	// file: u32 resource ID, u32 count, then count pairs of u64 offset,
 	// u64 length.
 	OpAttachBacking uint32 = 2
+	// OpReadScanout asks for a rectangle of a 3D resource the guest
+	// shows on its display: u32 resource ID, u32 x, y, width, height.
+	// The helper writes the pixels into the scanout buffer (fd 5),
+	// rows of width*4 bytes from its start, and replies with the status
+	// alone.
+	OpReadScanout uint32 = 3
 
 	// MaxFrame bounds a frame either way: a SUBMIT_3D command buffer
 	// (MaxSubmitBytes) with room for its header.
