@@ -261,7 +261,7 @@ func TestRenderer3DScanout(t *testing.T) {
 	// B8G8R8X8, 64x64, render target + scanout
 	r.want(command(create3D, 4, 2, fmtB8G8R8X8, 1<<1|1<<18, 64, 64, 1, 1, 0, 0, 0, 0), okNoData)
 	r.want(command(create3D, 5, 2, 999, 1<<1, 64, 64, 1, 1, 0, 0, 0, 0), okNoData) // a format no display shows
-	r.want(command(setScanout, 60, 0, 8, 8, 0, 4), errParameter)                  // past the edge
+	r.want(command(setScanout, 60, 0, 8, 8, 0, 4), errParameter)                   // past the edge
 	r.want(command(setScanout, 0, 0, 8, 8, 0, 5), errParameter)
 	r.want(command(setScanout, 8, 4, 16, 12, 0, 4), okNoData)
 	img, err := r.dev.Screenshot()
