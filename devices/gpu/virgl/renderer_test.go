@@ -22,6 +22,14 @@ var (
 	helperErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if helperPath != "" {
+		os.RemoveAll(filepath.Dir(helperPath))
+	}
+	os.Exit(code)
+}
+
 // helper builds smol-gpu for the tests (cgo and libvirglrenderer-dev,
 // which make test's dependencies include).
 func helper(t *testing.T) string {
