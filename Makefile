@@ -95,11 +95,13 @@ unit-test:
 # the binaries themselves stay CGO_ENABLED=0). The integration tests run
 # alone, last: their box wants both cores, and a busy host makes nested
 # guests unreliable (README, known issue).
+# -v streams each test's start and end as it happens, so a CI log shows
+# where a run that stalls is (go test holds a package's output otherwise).
 test: build gpu kernel box-kernel stock-kernel guest
 	$(GO) vet ./...
 	$(GO) vet -tags smol_embed ./internal/guestbin
 	CGO_ENABLED=1 $(GO) test -race -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v '/integration$$')
-	$(GO) test -timeout $(TIMEOUT) ./integration
+	$(GO) test -v -timeout $(TIMEOUT) ./integration
 
 # BASE=<commit> also boots that commit's smol, built in a temporary git
 # worktree under /tmp (bench/boot/base.sh), in the same box run as this
