@@ -265,9 +265,10 @@ func (r *Renderer) err() error {
 
 // fail marks the renderer gone for good and kills the helper.
 func (r *Renderer) fail(cause error) error {
+	note := r.exitNote() // it may wait a moment for the exit: not under mu
 	r.mu.Lock()
 	if r.gone == nil {
-		r.gone = fmt.Errorf("%w: %v%s", ErrGone, cause, r.exitNote())
+		r.gone = fmt.Errorf("%w: %v%s", ErrGone, cause, note)
 	}
 	err := r.gone
 	r.mu.Unlock()
