@@ -1,0 +1,158 @@
+package ninep_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/smolvm/smol/virtio"
+	"github.com/smolvm/smol/virtio/ninep"
+	vt "github.com/smolvm/smol/virtio/virtiotest"
+	"github.com/smolvm/smol/vmm/memory"
+)
+
+// split cuts b into 1 to 4 pieces at random points, as a driver's
+// scatter-gather list may (Linux puts a zero-copy read's 11-byte reply
+// header in a buffer of its own, and the data in page-sized pieces).
+func split(r *rand.Rand, b []byte) [][]byte {
+	var out [][]byte
+	for pieces := r.IntN(4); pieces > 0 && len(b) > 1; pieces-- {
+		at := 1 + r.IntN(len(b)-1)
+		out = append(out, b[:at])
+		b = b[at:]
+	}
+	return append(out, b)
+}
+
+// splitLen is split for the lengths of writable buffers.
+func splitLen(r *rand.Rand, n uint32) []uint32 {
+	var out []uint32
+	for pieces := r.IntN(4); pieces > 0 && n > 1; pieces-- {
+		at := 1 + uint32(r.IntN(int(n-1)))
+		out = append(out, at)
+		n -= at
+	}
+	return append(out, n)
+}
+
+// TestDeviceManyRequestsInFlight: rounds of 40 reads and writes in flight
+// at once, each request and reply spread over buffers cut at random
+// points (headers included), answered in whatever order the server
+// finishes them: every reply reaches its own chain whole, every read
+// returns the file's bytes and every write lands where it was sent.
+func TestDeviceManyRequestsInFlight(t *testing.T) {
+	const (
+		fixed    = 128 << 10 // read, never written
+		writable = 256 << 10 // written in rounds, never read until the end
+		inFlight = 40
+		maxCount = 4096
+	)
+	r := rand.New(rand.NewPCG(1, 2))
+	content := make([]byte, fixed+writable)
+	for i := range content {
+		content[i] = byte(r.Uint32())
+	}
+	mem, err := memory.New(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "data"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := ninep.New(dir, "smol0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	d := vt.Init(t, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
+	defer d.Reset()
+	q := d.Queues[0]
+	for _, step := range []struct {
+		m    []byte
+		want byte
+	}{
+		{msg(tversion, 0xffff, u32(64<<10), str("9P2000.L")), rversion},
+		{msg(tattach, 1, u32(0), u32(^uint32(0)), str("root"), str(""), u32(0)), rattach},
+		{msg(twalk, 1, u32(0), u32(1), []byte{1, 0}, str("data")), rwalk},
+		{msg(tlopen, 1, u32(1), u32(2)), rlopen},
+	} {
+		q.AddChain([][]byte{step.m}, []uint32{4096})
+		d.Notify(0)
+		if u := q.WaitUsed(1, wait); len(u) != 1 || u[0].Data[4] != step.want {
+			t.Fatalf("type %d answered %+v", step.m[4], u)
+		}
+	}
+
+	type expect struct {
+		tag  uint16
+		read []byte // a Tread's data; nil for a Twrite
+		n    uint32 // a Twrite's count
+	}
+	for round := 0; round < 60; round++ {
+		want := map[uint16]expect{}
+		slots := r.Perm(writable / maxCount) // each write its own slot this round
+		for i := 0; i < inFlight; i++ {
+			tag := uint16(10 + i)
+			count := uint32(1 + r.IntN(maxCount))
+			var req []byte
+			var room uint32
+			var e expect
+			if r.IntN(3) > 0 {
+				off := uint64(r.IntN(fixed - int(count)))
+				req = msg(tread, tag, u32(1), u64(off), u32(count))
+				room = 11 + count
+				e = expect{tag: tag, read: content[off : off+uint64(count)]}
+			} else {
+				off := uint64(fixed + slots[i]*maxCount)
+				data := make([]byte, count)
+				for j := range data {
+					data[j] = byte(r.Uint32())
+				}
+				copy(content[off:], data)
+				req = msg(twrite, tag, u32(1), u64(off), u32(count), data)
+				room = 11
+				e = expect{tag: tag, n: count}
+			}
+			want[q.AddIndirectChain(split(r, req), splitLen(r, room))] = e
+			if r.IntN(8) == 0 {
+				d.Notify(0) // some requests reach the device while others are being added
+			}
+		}
+		d.Notify(0)
+		for _, u := range q.WaitUsed(inFlight, wait) {
+			e, ok := want[u.Head]
+			if !ok {
+				t.Fatalf("round %d: an answer for chain %d, which is not in flight", round, u.Head)
+			}
+			delete(want, u.Head)
+			if u.Len < 7 || binary.LittleEndian.Uint32(u.Data) != u.Len || binary.LittleEndian.Uint16(u.Data[5:]) != e.tag {
+				t.Fatalf("round %d: chain %d (tag %d) got a %d-byte answer % x", round, u.Head, e.tag, u.Len, u.Data[:min(len(u.Data), 16)])
+			}
+			switch {
+			case e.read != nil:
+				if u.Data[4] != rread || !bytes.Equal(u.Data[11:], e.read) {
+					t.Fatalf("round %d: tag %d read the wrong bytes (type %d, %d bytes)", round, e.tag, u.Data[4], u.Len)
+				}
+			default:
+				if u.Data[4] != rwrite || binary.LittleEndian.Uint32(u.Data[7:]) != e.n {
+					t.Fatalf("round %d: tag %d write answered % x", round, e.tag, u.Data)
+				}
+			}
+		}
+		if len(want) != 0 {
+			t.Fatalf("round %d: %d requests unanswered", round, len(want))
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, content) {
+		t.Fatal("the file does not hold what the writes sent")
+	}
+}
