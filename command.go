@@ -29,6 +29,11 @@ type Command struct {
 	// holding a container's root filesystem: the containerd shim's); ""
 	// is the machine's own root.
 	Root string
+	// ReadOnlyRoot makes Root read-only for the command.
+	ReadOnlyRoot bool
+	// Groups, if set, are the command's supplementary groups exactly; nil
+	// takes the user's from the image's /etc/group.
+	Groups []uint32
 
 	// TTY runs the command on a terminal of Rows x Cols in the guest; its
 	// output then all arrives on Stdout.
@@ -164,8 +169,8 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root,
-		TTY:  cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
+		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, Groups: cmd.Groups,
+		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}
 	return s, s.Validate()

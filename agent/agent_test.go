@@ -231,3 +231,23 @@ func TestRunAnswersClockQueriesOnlyWhereAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestStartValidation: the checks a Start passes before it is sent.
+func TestStartValidation(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    Start
+		ok   bool
+	}{
+		{"plain", Start{Args: []string{"true"}}, true},
+		{"read-only root", Start{Args: []string{"true"}, Root: "/r", ReadOnlyRoot: true, Groups: []uint32{1, 2}}, true},
+		{"read-only without a root", Start{Args: []string{"true"}, ReadOnlyRoot: true}, false},
+		{"relative root", Start{Args: []string{"true"}, Root: "r"}, false},
+		{"too many groups", Start{Args: []string{"true"}, Groups: make([]uint32, MaxGroups+1)}, false},
+		{"no command", Start{}, false},
+	} {
+		if err := c.s.Validate(); (err == nil) != c.ok {
+			t.Errorf("%s: Validate() = %v", c.name, err)
+		}
+	}
+}

@@ -18,6 +18,14 @@ type Start struct {
 	// container's root the host shares): its user, working directory and
 	// program are found there, and /proc, /sys and /dev are mounted in it.
 	Root string `json:"root,omitempty"`
+	// ReadOnlyRoot makes Root read-only for the command (an OCI
+	// container's root.readonly); the kernel filesystems in it stay as
+	// they are.
+	ReadOnlyRoot bool `json:"readonly_root,omitempty"`
+	// Groups, if set, are the command's supplementary groups exactly (an
+	// OCI process's additionalGids), instead of the user's groups in the
+	// root's /etc/group.
+	Groups []uint32 `json:"groups,omitempty"`
 	// TTY runs the command on a pseudo-terminal of Rows x Cols; its output
 	// then comes as Stdout frames only.
 	TTY  bool   `json:"tty,omitempty"`
@@ -163,6 +171,9 @@ type Copy struct {
 // MaxArgs bounds the arguments and environment entries of a Start.
 const MaxArgs = 1 << 14
 
+// MaxGroups bounds a Start's supplementary groups: Linux's NGROUPS_MAX.
+const MaxGroups = 1 << 16
+
 // Validate checks a Start that came from the other side.
 func (s *Start) Validate() error {
 	if s.Identity != nil {
@@ -188,6 +199,10 @@ func (s *Start) Validate() error {
 		return errors.New("empty command name")
 	case s.Root != "" && s.Root[0] != '/':
 		return errors.New("the command's root must be an absolute path")
+	case s.ReadOnlyRoot && s.Root == "":
+		return errors.New("a read-only root needs a root")
+	case len(s.Groups) > MaxGroups:
+		return fmt.Errorf("more than %d supplementary groups", MaxGroups)
 	}
 	for _, kv := range s.Env {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {

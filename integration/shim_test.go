@@ -78,8 +78,8 @@ func TestShimRunsContainers(t *testing.T) {
 		t.Errorf("a missing command: exit %d, %q", code, stderr)
 	}
 	// It ran in a smol machine: its kernel command line is smol's.
-	if code, out, _ := run("where", "cat", "/proc/cmdline"); code != 0 || !strings.Contains(out, "smol.shares=") {
-		t.Errorf("the container's kernel command line: %q (exit %d)", out, code)
+	if code, out, stderr := run("where", "cat", "/proc/cmdline"); code != 0 || !strings.Contains(out, "smol.shares=") {
+		t.Errorf("the container's kernel command line: %q (exit %d, stderr %q)", out, code, stderr)
 	}
 
 	c.mustCtr("run", "-d", "--runtime", shimRuntime, "--snapshotter", "native", ref[0], "long", "sh", "-c", "echo started > /tmp/mark; while :; do sleep 1; done")
@@ -123,7 +123,8 @@ const pauseImage = containerdtest.PauseImage
 // TestShimCRI acts as kubelet: a pod with runtime handler smol, two
 // containers in it that share its VM (one serves on localhost, the other
 // reaches it), ExecSync, a container's exit code, then the pod stopped
-// and removed.
+// and removed. A container with a read-only root and a supplementary
+// group has both.
 func TestShimCRI(t *testing.T) {
 	c := startContainerd(t, true)
 	dir := t.TempDir()
@@ -152,11 +153,11 @@ func TestShimCRI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.Log())
 	}
-	start := func(name string, cmd ...string) string {
+	startWith := func(sc *cri.LinuxContainerSecurityContext, name string, cmd ...string) string {
 		t.Helper()
 		cr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: podCfg,
 			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: appRef},
-				Command: cmd, LogPath: name + ".log"}})
+				Command: cmd, LogPath: name + ".log", Linux: &cri.LinuxContainerConfig{SecurityContext: sc}}})
 		if err != nil {
 			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
@@ -164,6 +165,10 @@ func TestShimCRI(t *testing.T) {
 			t.Fatalf("StartContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
 		return cr.ContainerId
+	}
+	start := func(name string, cmd ...string) string {
+		t.Helper()
+		return startWith(nil, name, cmd...)
 	}
 	server := start("server", "sh", "-c", "while :; do echo pong | busybox nc -l -p 9000; done")
 	client := start("client", "sleep", "100000")
@@ -182,6 +187,18 @@ func TestShimCRI(t *testing.T) {
 	res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: server, Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}, Timeout: 30})
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {
 		t.Errorf("ExecSync: %+v, %v", res, err)
+	}
+	// The security context's read-only root and supplementary groups hold
+	// in the guest; the other containers' roots stay writable.
+	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234}}, "locked", "sleep", "100000")
+	probe := []string{"sh", "-c", "id -G; touch /written 2>/dev/null && echo writable || echo read-only"}
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
+		!strings.Contains(string(res.Stdout), "1234") || !strings.HasSuffix(string(res.Stdout), "read-only\n") {
+		t.Errorf("a read-only container with group 1234: %+v, %v", res, err)
+	}
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: probe, Timeout: 30}); err != nil ||
+		strings.Contains(string(res.Stdout), "1234") || !strings.HasSuffix(string(res.Stdout), "writable\n") {
+		t.Errorf("a plain container: %+v, %v", res, err)
 	}
 	quitter := start("quitter", "sh", "-c", "exit 7")
 	for i := 0; ; i++ {

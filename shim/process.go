@@ -23,6 +23,7 @@ type process struct {
 	containerID, execID string
 	spec                *specs.Process
 	root                string // the container's root in the guest
+	readOnlyRoot        bool   // the container's root.readonly
 	stdin, stdout       string // FIFO paths ("" for none)
 	stderr              string
 	terminal            bool
@@ -38,8 +39,8 @@ type process struct {
 	done       chan struct{}
 }
 
-func newProcess(containerID, execID, root string, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
-	return &process{containerID: containerID, execID: execID, spec: spec, root: root,
+func newProcess(containerID, execID, root string, readOnlyRoot bool, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
+	return &process{containerID: containerID, execID: execID, spec: spec, root: root, readOnlyRoot: readOnlyRoot,
 		stdin: stdin, stdout: stdout, stderr: stderr, terminal: terminal,
 		signals: make(chan syscall.Signal, 8), resize: make(chan smol.Winsize, 4),
 		status: tasktypes.StatusCreated, done: make(chan struct{})}
@@ -48,8 +49,9 @@ func newProcess(containerID, execID, root string, spec *specs.Process, stdin, st
 // command is what the agent runs for p.
 func (p *process) command() smol.Command {
 	s := p.spec
-	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root, TTY: p.terminal || s.Terminal,
+	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root, ReadOnlyRoot: p.readOnlyRoot, TTY: p.terminal || s.Terminal,
 		User:    strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
+		Groups:  s.User.AdditionalGids,
 		Signals: p.signals, Resize: p.resize}
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)

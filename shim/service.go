@@ -123,7 +123,7 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: mount its root: %w", r.ID, err)
 	}
 	c.mounted = true
-	c.init = newProcess(r.ID, "", filepath.Join(guestRoots, r.ID), spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	c.init = newProcess(r.ID, "", filepath.Join(guestRoots, r.ID), spec.Root != nil && spec.Root.Readonly, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
@@ -321,7 +321,7 @@ func (s *service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*pty
 	if r.Spec == nil || json.Unmarshal(r.Spec.Value, &spec) != nil || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("exec %s: %w: no process", r.ExecID, errdefs.ErrInvalidArgument)
 	}
-	c.execs[r.ExecID] = newProcess(r.ID, r.ExecID, c.init.root, &spec, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	c.execs[r.ExecID] = newProcess(r.ID, r.ExecID, c.init.root, c.init.readOnlyRoot, &spec, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
 	return &ptypes.Empty{}, nil
 }

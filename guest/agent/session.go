@@ -199,13 +199,16 @@ func (e *startError) Error() string { return e.msg }
 func prepare(start agent.Start) (*process, error) {
 	root := start.Root
 	if root != "" {
-		if err := prepareRoot(root); err != nil {
+		if err := prepareRoot(root, start.ReadOnlyRoot); err != nil {
 			return nil, &startError{126, err.Error()}
 		}
 	}
 	u, err := lookupUser(start.User, root)
 	if err != nil {
 		return nil, &startError{126, err.Error()}
+	}
+	if start.Groups != nil {
+		u.groups = start.Groups
 	}
 	env := defaultEnv(start.Env, u, start.TTY)
 	dir := start.Dir

@@ -49,10 +49,13 @@ var preparedRoots = struct {
 	done map[string]bool
 }{done: map[string]bool{}}
 
-// prepareRoot mounts /proc, /sys and /dev (the guest's, bound) and a
-// fresh /tmp inside root, once, for commands that run chrooted there (a
-// container's root shared from the host): what programs expect of a root.
-func prepareRoot(root string) error {
+// prepareRoot mounts /proc, /sys and /dev (the guest's, bound) inside
+// root, once, for commands that run chrooted there (a container's root
+// shared from the host): what programs expect of a root. A read-only root
+// is root bound onto itself read-only first (the container's own view:
+// the share stays writable for the others), with the kernel filesystems
+// mounted on that.
+func prepareRoot(root string, readOnly bool) error {
 	preparedRoots.Lock()
 	defer preparedRoots.Unlock()
 	if preparedRoots.done[root] {
@@ -61,18 +64,29 @@ func prepareRoot(root string) error {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return fmt.Errorf("root %s is not a directory", root)
 	}
-	for _, m := range []struct {
+	kernelFS := []struct {
 		target, fstype, source string
 		flags                  uintptr
 	}{
 		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{"sys", "sysfs", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY},
 		{"dev", "", "/dev", unix.MS_BIND | unix.MS_REC},
-	} {
-		dir := filepath.Join(root, m.target)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+	}
+	for _, m := range kernelFS {
+		if err := os.MkdirAll(filepath.Join(root, m.target), 0o755); err != nil {
 			return fmt.Errorf("root %s: %w", root, err)
 		}
+	}
+	if readOnly {
+		if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("root %s: bind it: %w", root, err)
+		}
+		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("root %s: make it read-only: %w", root, err)
+		}
+	}
+	for _, m := range kernelFS {
+		dir := filepath.Join(root, m.target)
 		if err := unix.Mount(m.source, dir, m.fstype, m.flags, ""); err != nil {
 			return fmt.Errorf("root %s: mount %s: %w", root, m.target, err)
 		}
