@@ -34,6 +34,9 @@ type Command struct {
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
+	// Capabilities, if set, are the command's capability sets exactly;
+	// nil gives it its user's (all of them for root).
+	Capabilities *Capabilities
 
 	// TTY runs the command on a terminal of Rows x Cols in the guest; its
 	// output then all arrives on Stdout.
@@ -51,6 +54,10 @@ type Command struct {
 
 // Winsize is a terminal size in characters.
 type Winsize = agent.Winsize
+
+// Capabilities are a command's Linux capability sets, by number
+// (agent.CapabilityNumber maps OCI names).
+type Capabilities = agent.Capabilities
 
 // CommandError is a command that could not be started in the guest (not
 // found, bad user, missing working directory); Code is the status a shell
@@ -169,7 +176,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, Groups: cmd.Groups,
+		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

@@ -245,9 +245,27 @@ func TestStartValidation(t *testing.T) {
 		{"relative root", Start{Args: []string{"true"}, Root: "r"}, false},
 		{"too many groups", Start{Args: []string{"true"}, Groups: make([]uint32, MaxGroups+1)}, false},
 		{"no command", Start{}, false},
+		{"capabilities", Start{Args: []string{"true"}, Capabilities: &Capabilities{Bounding: []uint8{0, 40}, Ambient: []uint8{13}}}, true},
+		{"capability past 63", Start{Args: []string{"true"}, Capabilities: &Capabilities{Permitted: []uint8{64}}}, false},
 	} {
 		if err := c.s.Validate(); (err == nil) != c.ok {
 			t.Errorf("%s: Validate() = %v", c.name, err)
 		}
+	}
+}
+
+// TestCapabilityNames: OCI names map to the kernel's numbers, with or
+// without the prefix, in any case; unknown names are refused.
+func TestCapabilityNames(t *testing.T) {
+	for name, want := range map[string]uint8{"CAP_CHOWN": 0, "CAP_NET_ADMIN": 12, "net_raw": 13, "CAP_SYS_ADMIN": 21, "CAP_CHECKPOINT_RESTORE": 40} {
+		if got, ok := CapabilityNumber(name); !ok || got != want {
+			t.Errorf("%s: %d, %v; want %d", name, got, ok, want)
+		}
+	}
+	if _, ok := CapabilityNumber("CAP_FLY"); ok {
+		t.Error("an unknown capability was given a number")
+	}
+	if m := Mask([]uint8{0, 13, 40}); m != 1|1<<13|1<<40 {
+		t.Errorf("mask %#x", m)
 	}
 }

@@ -26,6 +26,9 @@ type Start struct {
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
 	Groups []uint32 `json:"groups,omitempty"`
+	// Capabilities, if set, are the command's capability sets exactly
+	// (an OCI process's); nil gives it its user's (all of them for root).
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
 	// TTY runs the command on a pseudo-terminal of Rows x Cols; its output
 	// then comes as Stdout frames only.
 	TTY  bool   `json:"tty,omitempty"`
@@ -203,6 +206,11 @@ func (s *Start) Validate() error {
 		return errors.New("a read-only root needs a root")
 	case len(s.Groups) > MaxGroups:
 		return fmt.Errorf("more than %d supplementary groups", MaxGroups)
+	}
+	if s.Capabilities != nil {
+		if err := s.Capabilities.validate(); err != nil {
+			return err
+		}
 	}
 	for _, kv := range s.Env {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {

@@ -123,8 +123,8 @@ const pauseImage = containerdtest.PauseImage
 // TestShimCRI acts as kubelet: a pod with runtime handler smol, two
 // containers in it that share its VM (one serves on localhost, the other
 // reaches it), ExecSync, a container's exit code, then the pod stopped
-// and removed. A container with a read-only root and a supplementary
-// group has both.
+// and removed. A container with a read-only root, a supplementary group
+// and only CAP_NET_RAW has all three.
 func TestShimCRI(t *testing.T) {
 	c := startContainerd(t, true)
 	dir := t.TempDir()
@@ -188,16 +188,20 @@ func TestShimCRI(t *testing.T) {
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {
 		t.Errorf("ExecSync: %+v, %v", res, err)
 	}
-	// The security context's read-only root and supplementary groups hold
-	// in the guest; the other containers' roots stay writable.
-	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234}}, "locked", "sleep", "100000")
-	probe := []string{"sh", "-c", "id -G; touch /written 2>/dev/null && echo writable || echo read-only"}
+	// The security context's read-only root, supplementary groups and
+	// capabilities hold in the guest; the other containers' roots stay
+	// writable, with containerd's default capabilities (not all).
+	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234},
+		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}}}, "locked", "sleep", "100000")
+	probe := []string{"sh", "-c", "id -G; grep CapBnd /proc/self/status; touch /written 2>/dev/null && echo writable || echo read-only"}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
-		!strings.Contains(string(res.Stdout), "1234") || !strings.HasSuffix(string(res.Stdout), "read-only\n") {
-		t.Errorf("a read-only container with group 1234: %+v, %v", res, err)
+		!strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t0000000000002000\n") ||
+		!strings.HasSuffix(string(res.Stdout), "read-only\n") {
+		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v", res, err)
 	}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: probe, Timeout: 30}); err != nil ||
-		strings.Contains(string(res.Stdout), "1234") || !strings.HasSuffix(string(res.Stdout), "writable\n") {
+		strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t00000000") ||
+		!strings.HasSuffix(string(res.Stdout), "writable\n") {
 		t.Errorf("a plain container: %+v, %v", res, err)
 	}
 	quitter := start("quitter", "sh", "-c", "exit 7")

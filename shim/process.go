@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/fifo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/agent"
 )
 
 // process is a container's init process or one of its execs: a command
@@ -50,13 +51,32 @@ func newProcess(containerID, execID, root string, readOnlyRoot bool, spec *specs
 func (p *process) command() smol.Command {
 	s := p.spec
 	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root, ReadOnlyRoot: p.readOnlyRoot, TTY: p.terminal || s.Terminal,
-		User:    strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
-		Groups:  s.User.AdditionalGids,
+		User:   strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
+		Groups: s.User.AdditionalGids, Capabilities: capabilities(s.Capabilities),
 		Signals: p.signals, Resize: p.resize}
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}
 	return c
+}
+
+// capabilities are the OCI process's capability sets by number; a name
+// this build does not know is left out, as runc does with a warning.
+func capabilities(c *specs.LinuxCapabilities) *smol.Capabilities {
+	if c == nil {
+		return nil
+	}
+	numbers := func(names []string) []uint8 {
+		var out []uint8
+		for _, name := range names {
+			if n, ok := agent.CapabilityNumber(name); ok {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	return &smol.Capabilities{Bounding: numbers(c.Bounding), Effective: numbers(c.Effective),
+		Inheritable: numbers(c.Inheritable), Permitted: numbers(c.Permitted), Ambient: numbers(c.Ambient)}
 }
 
 // start opens the FIFOs and runs the command in m; exited is called with

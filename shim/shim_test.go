@@ -36,10 +36,26 @@ func TestCommandFromSpec(t *testing.T) {
 	}, "", "", "", false)
 	c := p.command()
 	if c.Root != "/run/smol/containers/c1" || c.User != "1000:100" || c.Dir != "/srv" || !c.TTY || c.Rows != 40 || c.Cols != 120 || len(c.Args) != 3 || c.Env[0] != "A=1" ||
-		!c.ReadOnlyRoot || len(c.Groups) != 2 || c.Groups[1] != 1234 {
+		!c.ReadOnlyRoot || len(c.Groups) != 2 || c.Groups[1] != 1234 || c.Capabilities != nil {
 		t.Errorf("command %+v", c)
 	}
 	if p.kill(9) {
 		t.Error("a process not started took a signal")
+	}
+}
+
+// TestCapabilitiesFromSpec: the OCI capability names become numbers set
+// by set; a name this build does not know is left out.
+func TestCapabilitiesFromSpec(t *testing.T) {
+	c := capabilities(&specs.LinuxCapabilities{
+		Bounding:  []string{"CAP_CHOWN", "CAP_NET_RAW", "CAP_FLY"},
+		Effective: []string{"CAP_NET_RAW"},
+		Ambient:   []string{},
+	})
+	if c == nil || len(c.Bounding) != 2 || c.Bounding[0] != 0 || c.Bounding[1] != 13 || len(c.Effective) != 1 || len(c.Permitted) != 0 || len(c.Ambient) != 0 {
+		t.Errorf("capabilities %+v", c)
+	}
+	if capabilities(nil) != nil {
+		t.Error("no capabilities in the spec became some")
 	}
 }

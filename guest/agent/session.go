@@ -228,5 +228,8 @@ func prepare(start agent.Start) (*process, error) {
 		Chroot:     root,
 		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
 	}
+	if start.Capabilities != nil {
+		useLauncher(cmd, *start.Capabilities)
+	}
 	return &process{cmd: cmd}, nil
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/smolvm/smol/agent"
+	"golang.org/x/sys/unix"
+)
+
+// launcherName is argv[0] of the agent run again as a command's launcher.
+//
+// A command with capability sets (an OCI container's) needs work between
+// fork and exec that Go's os/exec does not offer: drop capabilities from
+// the bounding set, switch user keeping the permitted set, then set the
+// five sets. So the agent starts itself (/proc/self/exe, already chrooted
+// in the command's root) as the launcher, which does that on one thread
+// and execs the command from it: execve takes the calling thread's
+// credentials, and the process keeps its pid, terminal and descriptors.
+const launcherName = "smol-agent-launch"
+
+// launchSpec is what the launcher is told, as JSON in its argv[1]; the
+// command's argv follows.
+type launchSpec struct {
+	Path   string             `json:"path"`
+	UID    uint32             `json:"uid"`
+	GID    uint32             `json:"gid"`
+	Groups []uint32           `json:"groups"`
+	Caps   agent.Capabilities `json:"caps"`
+}
+
+// useLauncher makes cmd (its root, credential and program already
+// resolved) start through the launcher with caps.
+func useLauncher(cmd *exec.Cmd, caps agent.Capabilities) {
+	cred := cmd.SysProcAttr.Credential
+	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps}
+	b, _ := json.Marshal(spec) // plain values: cannot fail
+	cmd.Args = append([]string{launcherName, string(b)}, cmd.Args...)
+	cmd.Path = "/proc/self/exe"
+	cmd.SysProcAttr.Credential = nil // the launcher starts as root and switches itself
+}
+
+// launch is the launcher's whole life: args are its argv after argv[0].
+// It never returns; a failure is one line on stderr and status 126, as
+// for a command that cannot be run.
+func launch(args []string) {
+	fail := func(err error) {
+		fmt.Fprintf(os.Stderr, "smol-agent: %v\n", err)
+		os.Exit(126)
+	}
+	if len(args) < 2 {
+		fail(fmt.Errorf("launcher: %d arguments", len(args)))
+	}
+	var spec launchSpec
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		fail(fmt.Errorf("launcher: %w", err))
+	}
+	runtime.LockOSThread() // credentials are per thread until execve
+	if err := applyCredentials(spec); err != nil {
+		fail(err)
+	}
+	err := unix.Exec(spec.Path, args[1:], os.Environ())
+	fail(fmt.Errorf("%s: %w", spec.Path, err))
+}
+
+// applyCredentials gives the calling thread spec's user, groups and
+// capability sets, in the order the kernel allows: the bounding set is
+// cut while the thread is still root, the user switched with the
+// permitted set kept, then the sets are made exact.
+func applyCredentials(spec launchSpec) error {
+	bounding := agent.Mask(spec.Caps.Bounding)
+	for c := 0; c <= lastCapability(); c++ {
+		if bounding&(1<<c) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("keep capabilities across the user switch: %w", err)
+	}
+	// Raw system calls, not unix.Setuid: those change every thread of
+	// the process, and only this one's matter.
+	var groups unsafe.Pointer
+	if len(spec.Groups) > 0 {
+		groups = unsafe.Pointer(&spec.Groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(spec.Groups)), uintptr(groups), 0); e != 0 {
+		return fmt.Errorf("supplementary groups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(spec.GID), uintptr(spec.GID), uintptr(spec.GID)); e != 0 {
+		return fmt.Errorf("group %d: %w", spec.GID, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(spec.UID), uintptr(spec.UID), uintptr(spec.UID)); e != 0 {
+		return fmt.Errorf("user %d: %w", spec.UID, e)
+	}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("keep capabilities: %w", err)
+	}
+	eff, perm, inh := agent.Mask(spec.Caps.Effective), agent.Mask(spec.Caps.Permitted), agent.Mask(spec.Caps.Inheritable)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(eff), Permitted: uint32(perm), Inheritable: uint32(inh)},
+		{Effective: uint32(eff >> 32), Permitted: uint32(perm >> 32), Inheritable: uint32(inh >> 32)},
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capability sets: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("ambient capabilities: %w", err)
+	}
+	for _, c := range spec.Caps.Ambient {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+			return fmt.Errorf("ambient capability %d (it must be permitted and inheritable): %w", c, err)
+		}
+	}
+	return nil
+}
+
+// lastCapability is the kernel's highest capability number.
+func lastCapability() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return unix.CAP_LAST_CAP
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 || n > agent.MaxCapability {
+		return unix.CAP_LAST_CAP
+	}
+	return n
+}
