@@ -102,7 +102,7 @@ func applyCredentials(spec launchSpec) error {
 		return fmt.Errorf("user %d: %w", spec.UID, e)
 	}
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("keep capabilities: %w", err)
+		return fmt.Errorf("end keeping capabilities: %w", err)
 	}
 	eff, perm, inh := agent.Mask(spec.Caps.Effective), agent.Mask(spec.Caps.Permitted), agent.Mask(spec.Caps.Inheritable)
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}

@@ -19,15 +19,15 @@ import (
 // header in a buffer of its own, and the data in page-sized pieces).
 func split(r *rand.Rand, b []byte) [][]byte {
 	var out [][]byte
-	for pieces := r.IntN(4); pieces > 0 && len(b) > 1; pieces-- {
-		at := 1 + r.IntN(len(b)-1)
-		out = append(out, b[:at])
-		b = b[at:]
+	for _, n := range splitLen(r, uint32(len(b))) {
+		out = append(out, b[:n])
+		b = b[n:]
 	}
-	return append(out, b)
+	return out
 }
 
-// splitLen is split for the lengths of writable buffers.
+// splitLen cuts a length of n into 1 to 4 non-empty pieces (split's
+// cuts, and the lengths of writable buffers).
 func splitLen(r *rand.Rand, n uint32) []uint32 {
 	var out []uint32
 	for pieces := r.IntN(4); pieces > 0 && n > 1; pieces-- {
