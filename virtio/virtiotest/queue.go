@@ -147,33 +147,37 @@ func (d *DriverQueue) Alloc(n uint64) uint64 {
 	return addr
 }
 
-// place finds n bytes in the data area that no in-flight chain uses,
-// wrapping around to the start when the end is reached.
+// place finds n bytes in the data area that no in-flight chain uses:
+// the first gap from the cursor on, wrapping around to the start once.
 func (d *DriverQueue) place(n uint64) (uint64, bool) {
 	n = alignUp(max(n, 1), 16)
-	for attempt := 0; attempt < 2; attempt++ {
-		start := alignUp(d.cursor, 16)
+	start := alignUp(d.cursor, 16)
+	for wrapped := false; ; {
 		if start+n > d.layout.End() {
-			d.cursor = d.layout.Data
+			if wrapped {
+				return 0, false
+			}
+			start, wrapped = d.layout.Data, true
 			continue
 		}
-		if d.overlapsInflight(start, start+n) {
-			d.cursor = d.layout.Data
+		if end, busy := d.overlapsInflight(start, start+n); busy {
+			start = alignUp(end, 16)
 			continue
 		}
 		d.cursor = start + n
 		return start, true
 	}
-	return 0, false
 }
 
-func (d *DriverQueue) overlapsInflight(start, end uint64) bool {
+// overlapsInflight reports whether [start, end) meets an in-flight
+// chain's bytes, and where that chain's bytes end.
+func (d *DriverQueue) overlapsInflight(start, end uint64) (uint64, bool) {
 	for _, c := range d.inflight {
 		if start < c.end && c.start < end {
-			return true
+			return c.end, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // WriteDesc writes descriptor i of the table.
