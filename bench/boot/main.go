@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/bench/internal/guestrun"
 	"github.com/smolvm/smol/bench/internal/rounds"
 	"github.com/smolvm/smol/bench/internal/stats"
 	"github.com/smolvm/smol/guest/initramfs"
@@ -78,9 +79,6 @@ const (
 // timedRC is the timed guest's /etc/rc: the line the bench waits for,
 // then (untimed) the kernel's own clock at the moment it started /init.
 const timedRC = "echo " + marker + "\ndmesg | grep -m1 'Run /init'\npoweroff -f\n"
-
-// qemuDevices are smol's default devices, on QEMU microvm's virtio-mmio.
-var qemuDevices = []string{"-device", "virtio-rng-device", "-device", "virtio-balloon-device,free-page-reporting=on"}
 
 // noDefaultDevices is the smol flag that leaves out the entropy and
 // balloon devices.
@@ -243,7 +241,7 @@ func makeContenders(smolBin, qemuBin, kernel string, cpus int, mem string, memBy
 	}
 	cs := []*contender{
 		{name: "smol", smol: true, bin: smolBin, args: smolArgs()},
-		{name: "qemu-microvm", bin: qemuBin, args: qemuArgs(qemuDevices)},
+		{name: "qemu-microvm", bin: qemuBin, args: qemuArgs(guestrun.QEMUDefaultDevices)},
 	}
 	if hasFlag(smolBin, noDefaultDevices) {
 		cs = append(cs, &contender{name: "smol-bare", smol: true, bin: smolBin, args: smolArgs(noDefaultDevices)})

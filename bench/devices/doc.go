@@ -15,7 +15,9 @@
 // The peers are chosen to be comparable: QEMU's disk is a raw file with
 // cache=writeback (the image lives on tmpfs, which has no O_DIRECT) and its
 // network device uses the userspace virtio-net backend (vhost=off), as smol
-// does. QEMU has no userspace vsock, so the vsock figures compare smol's
+// does. QEMU also gets smol's default entropy and balloon devices (free
+// page reporting on), which run beside the measured ones in every smol
+// guest. QEMU has no userspace vsock, so the vsock figures compare smol's
 // userspace device with the kernel's vhost-vsock, reached from host
 // AF_VSOCK sockets; that peer is a different design and the output says so.
 //

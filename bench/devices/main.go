@@ -66,7 +66,7 @@ func main() {
 
 	fmt.Printf("device bench: kernel %s, %d vCPU, %s, %d rounds, %s s per measurement, %d MiB raw image on %s\n",
 		*kernel, *cpus, *mem, *rounds, strconv.FormatFloat(*secs, 'f', -1, 64), *diskMiB, env.dir)
-	fmt.Println("peers: QEMU microvm virtio-mmio; disk cache=writeback (tmpfs has no O_DIRECT), aio=threads;",
+	fmt.Println("peers: QEMU microvm virtio-mmio, given smol's default entropy and balloon (free page reporting) devices too; disk cache=writeback (tmpfs has no O_DIRECT), aio=threads;",
 		"virtio-net vhost=off (userspace, like smol); vsock = vhost-vsock (IN-KERNEL, host AF_VSOCK sockets) against smol's userspace device (host Unix sockets)")
 
 	if *only != "" {

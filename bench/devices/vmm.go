@@ -29,7 +29,7 @@ func smolVMM(bin, kernel, cmdline string, cpus int, mem string, env *environment
 
 func qemuVMM(bin, kernel, cmdline string, cpus int, memMiB uint64, env *environment, n network) *vmm {
 	return &vmm{name: "qemu-microvm", bin: bin, net: n, args: func(initrd string) []string {
-		return []string{
+		return append([]string{
 			"-M", "microvm", "-enable-kvm", "-cpu", "host", "-smp", strconv.Itoa(cpus), "-m", strconv.FormatUint(memMiB, 10),
 			"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
 			"-kernel", kernel, "-initrd", initrd, "-append", strings.TrimSpace(smol.DefaultCmdline + " " + cmdline),
@@ -40,7 +40,7 @@ func qemuVMM(bin, kernel, cmdline string, cpus int, memMiB uint64, env *environm
 			"-netdev", "tap,id=n0,ifname=" + n.tap + ",script=no,downscript=no,vhost=off",
 			"-device", "virtio-net-device,netdev=n0",
 			"-device", "vhost-vsock-device,guest-cid=" + strconv.Itoa(guestCID),
-		}
+		}, guestrun.QEMUDefaultDevices...)
 	}}
 }
 

@@ -46,6 +46,11 @@ var resultLine = regexp.MustCompile(`nettool-result (\S+) ([0-9.]+) `)
 // the measurements the guest printed. A run that misses some returns those
 // it has and an error with the guest's complaints (its "nettool:" lines)
 // and the end of its console.
+// QEMUDefaultDevices are smol's default devices (entropy, and a balloon
+// with free page reporting) on QEMU microvm's virtio-mmio: the peer gets
+// them too, so that a comparison is of like with like.
+var QEMUDefaultDevices = []string{"-device", "virtio-rng-device", "-device", "virtio-balloon-device,free-page-reporting=on"}
+
 func Run(cmd *exec.Cmd, opt Options) (map[string]float64, error) {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
