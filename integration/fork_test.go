@@ -281,11 +281,16 @@ func (r *forkRun) scenario() {
 	// Removing the children leaves no VMM process of theirs behind.
 	pids := map[string]int{}
 	for _, name := range append(children, gc) {
-		pids[name] = machineStatus(t, home, name).PID
+		s := machineStatus(t, home, name)
+		if s.PID == 0 {
+			// Not a leak: the machine was no longer running. Say how it ended.
+			t.Errorf("%s was %s before rm -f, not running: %s; console: %q", name, s.State, s.Error, s.LastConsole)
+		}
+		pids[name] = s.PID
 		mustMachine(t, home, "rm", "-f", name)
 	}
 	for name, pid := range pids {
-		if pid == 0 || syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if pid != 0 && syscall.Kill(pid, 0) == nil && !zombie(pid) {
 			t.Errorf("the VMM of %s (pid %d) outlived rm -f", name, pid)
 		}
 	}
