@@ -61,9 +61,11 @@ func (b *machineBackend) restore(cfg Config, src VMMSource) error {
 	if err != nil {
 		return err
 	}
+	vmm.TracePhase("restore: VM built")
 	if b.m, err = run(vm); err != nil {
 		return err
 	}
+	vmm.TracePhase("restore: vCPUs started")
 	if err := b.identify(); err != nil {
 		b.m.Stop()
 		return fmt.Errorf("giving the restored guest its identity: %w", err)
@@ -84,9 +86,11 @@ func (b *machineBackend) identify() error {
 		return err
 	}
 	start := agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}
-	return sendIdentity(b.DialAgent, b.m.Done(), start, identityTimeouts{
+	err = sendIdentity(b.DialAgent, b.m.Done(), start, identityTimeouts{
 		total: identityTimeout, answer: identityAnswerTimeout, redial: identityRedial,
 	})
+	vmm.TracePhase("restore: identity given (%v)", err)
+	return err
 }
 
 // identityTimeouts are sendIdentity's limits (variables for its tests).
@@ -113,6 +117,7 @@ func sendIdentity(dial func(context.Context) (net.Conn, error), vmDone <-chan st
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		conn, err := dial(ctx)
 		cancel()
+		vmm.TracePhase("restore: agent dialled (%v)", err)
 		if err == nil {
 			answerBy := time.Now().Add(limits.answer)
 			if answerBy.After(deadline) {
@@ -211,10 +216,12 @@ func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 			return err
 		}
 	}
+	vmm.TracePhase("fork: request for %d children", len(req.Names))
 	release, err := b.holdPaused()
 	if err != nil {
 		return err
 	}
+	vmm.TracePhase("fork: parent paused")
 	released := false
 	defer func() {
 		if !released && (err != nil || !req.Template) {
@@ -232,6 +239,7 @@ func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 		return err
 	}
 	defer ram.Close()
+	vmm.TracePhase("fork: state written, RAM sealed")
 
 	var children []*NamedMachine
 	defer func() {
@@ -248,12 +256,15 @@ func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 		}
 		children = append(children, c)
 	}
+	vmm.TracePhase("fork: children recorded")
 	if err := b.forkStorage(children); err != nil {
 		return err
 	}
+	vmm.TracePhase("fork: storage forked")
 	if !req.Template {
 		release() // the parent runs on while its children start
 		released = true
+		vmm.TracePhase("fork: parent resumed")
 	}
 	return startChildren(children, VMMSource{Snapshot: state, RAM: ram})
 }
@@ -266,6 +277,7 @@ func startChildren(children []*NamedMachine, src VMMSource) error {
 		if err := c.startVMM(context.Background(), src); err != nil {
 			return fmt.Errorf("child %s: %w", c.Name(), err)
 		}
+		vmm.TracePhase("fork: child %s runs", c.Name())
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/smolvm/smol/internal/atomicfile"
 	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/snapshot"
+	"github.com/smolvm/smol/vmm"
 )
 
 // Snapshots, restores and forks of named machines, as clients of their
@@ -101,9 +102,11 @@ func (m *NamedMachine) Fork(ctx context.Context, opts ForkOptions) ([]*NamedMach
 	if err != nil {
 		return nil, err
 	}
+	vmm.TracePhase("fork: asking %s's VMM", m.spec.Name)
 	if err := m.client().Fork(ctx, machine.ForkRequest{Names: names, Template: opts.Template}); err != nil {
 		return nil, fmt.Errorf("machine %s: fork: %w", m.spec.Name, err)
 	}
+	vmm.TracePhase("fork: done")
 	children := make([]*NamedMachine, len(names))
 	for i, n := range names {
 		if children[i], err = OpenMachine(n); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/imagefs/ext4fs"
 	"github.com/smolvm/smol/machine"
+	"github.com/smolvm/smol/vmm"
 )
 
 // vmmCommand is the hidden `smol machine` subcommand that is a machine's
@@ -47,6 +48,7 @@ type VMMSource struct {
 // that a second VMM for the same machine cannot start and a dead one is
 // seen as dead.
 func ServeMachine(name string, src VMMSource) (err error) {
+	vmm.TracePhase("machine: VMM process of %s", name)
 	st, err := machineStore()
 	if err != nil {
 		return err
@@ -160,6 +162,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		m.Stop()
 		return err
 	}
+	vmm.TracePhase("machine: running")
 	if src.Ready != nil {
 		src.Ready.Write([]byte{1}) // a starter that went away is no reason to stop
 		src.Ready.Close()

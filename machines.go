@@ -20,6 +20,7 @@ import (
 	"github.com/smolvm/smol/internal/tarcopy"
 	"github.com/smolvm/smol/internal/termsafe"
 	"github.com/smolvm/smol/machine"
+	"github.com/smolvm/smol/vmm"
 )
 
 // Persistent machines: named VMs that live across many commands, each run
@@ -333,6 +334,7 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())
+	vmm.TracePhase("machine: starting %s's VMM process", name)
 	err = cmd.Start()
 	readyW.Close() // the VMM's copy is the one that counts
 	if err != nil {

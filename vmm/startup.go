@@ -21,8 +21,11 @@ import (
 
 // startupTraceEnv names the environment variable that, set to 1, makes the
 // VMM print each start-up phase on stderr with the milliseconds since the
-// program's packages were initialised: how bench/boot's figures are taken
-// apart.
+// program's packages were initialised and the wall clock: how bench/boot's
+// figures are taken apart, and (the clock lining up the processes
+// involved: the CLI, the parent's VMM, each child's) a fork's. A machine's
+// VMM process inherits it from the command that started it, and its
+// stderr is the machine's vmm.log.
 const startupTraceEnv = "SMOL_STARTUP_TRACE"
 
 var (
@@ -36,9 +39,18 @@ func trace(phase string) {
 	if !tracing {
 		return
 	}
+	now := time.Now()
 	traceMu.Lock()
 	defer traceMu.Unlock()
-	fmt.Fprintf(os.Stderr, "startup: %8.2f ms %s\n", float64(time.Since(programStart).Microseconds())/1000, phase)
+	fmt.Fprintf(os.Stderr, "startup: %8.2f ms %s %s\n", float64(now.Sub(programStart).Microseconds())/1000, now.Format("15:04:05.000"), phase)
+}
+
+// TracePhase is trace for the VMM's callers (a machine's fork and
+// restore), printed when SMOL_STARTUP_TRACE=1.
+func TracePhase(format string, args ...any) {
+	if tracing {
+		trace(fmt.Sprintf(format, args...))
+	}
 }
 
 var releaseOnce sync.Once
