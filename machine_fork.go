@@ -36,11 +36,12 @@ const (
 )
 
 // forkChildFD is the descriptor of the parent's RAM in a fork child's
-// VMM process (the first of exec.Cmd.ExtraFiles).
-const forkChildFD = 3
-
-// ForkChildRAMFD is forkChildFD, for the CLI's `__vmm --ram-fd`.
-const ForkChildRAMFD = forkChildFD
+// VMM process (the first of exec.Cmd.ExtraFiles), forkChildOverlayFD its
+// overlay's when it has one (vmm.ForkRAM).
+const (
+	forkChildFD        = 3
+	forkChildOverlayFD = 4
+)
 
 // identityTimeout bounds the wait for a restored guest's agent to answer.
 const identityTimeout = 30 * time.Second
@@ -52,9 +53,9 @@ func (b *machineBackend) restore(cfg Config, src VMMSource) error {
 	vcfg := cfg.vmmConfig()
 	var vm *vmm.Machine
 	var err error
-	if src.RAM != nil {
+	if src.RAM.Base != nil {
 		vm, err = vmm.RestoreFork(src.Snapshot, src.RAM, vcfg)
-		src.RAM.Close() // mapped now; the mapping keeps the memfd
+		src.RAM.Close() // mapped now; the mapping keeps the memfds
 	} else {
 		vm, err = vmm.Restore(src.Snapshot, vcfg)
 	}

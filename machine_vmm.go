@@ -31,10 +31,10 @@ const VMMCommand = vmmCommand
 // VMMSource is where a machine's VMM process takes its guest from: a
 // cold boot of the machine's disks (the zero value), a snapshot file
 // (smol machine restore), or a fork's hand-over (the parent's state file
-// and its sealed RAM, an open file inherited from the parent's VMM).
+// and its sealed RAM, open files inherited from the parent's VMM).
 type VMMSource struct {
 	Snapshot string
-	RAM      *os.File // with Snapshot: a fork's child
+	RAM      vmm.ForkRAM // with Snapshot: a fork's child
 	// Ready, if set, is the write end of a pipe from the process that
 	// started this VMM: one byte is written to it, and it is closed, once
 	// the machine runs and its state says so, so that the starter learns

@@ -319,9 +319,12 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 		args = append(args, "--restore", src.Snapshot)
 	}
 	cmd := exec.Command(bin, args...)
-	if src.RAM != nil {
+	if src.RAM.Base != nil {
 		cmd.Args = append(cmd.Args, "--ram-fd", strconv.Itoa(forkChildFD))
-		cmd.ExtraFiles = []*os.File{src.RAM}
+		if src.RAM.Overlay != nil {
+			cmd.Args = append(cmd.Args, "--ram-overlay-fd", strconv.Itoa(forkChildOverlayFD))
+		}
+		cmd.ExtraFiles = src.RAM.Files()
 	}
 	// The VMM says on this pipe when the machine runs (VMMSource.Ready).
 	readyR, readyW, err := os.Pipe()

@@ -9,13 +9,14 @@ import (
 
 // ServeMachineArgs is the body of the hidden `machine __vmm` command, for
 // every binary that serves machines (the smol CLI and the containerd
-// shim): it reads NAME [--restore PATH [--ram-fd N]] [--ready-fd N], the
+// shim): it reads NAME [--restore PATH [--ram-fd N [--ram-overlay-fd N]]]
+// [--ready-fd N], the
 // arguments the starter (NamedMachine.Start, a fork) passes, and serves
 // the machine (ServeMachine). A usage error is returned as such.
 func ServeMachineArgs(args []string) error {
 	var name string
 	src := VMMSource{}
-	ramFD, readyFD := -1, -1
+	ramFD, overlayFD, readyFD := -1, -1, -1
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		value := func() (string, error) {
@@ -42,6 +43,8 @@ func ServeMachineArgs(args []string) error {
 			src.Snapshot, err = value()
 		case a == "--ram-fd":
 			ramFD, err = fd()
+		case a == "--ram-overlay-fd":
+			overlayFD, err = fd()
 		case a == "--ready-fd":
 			readyFD, err = fd()
 		case len(a) > 0 && a[0] == '-':
@@ -60,11 +63,16 @@ func ServeMachineArgs(args []string) error {
 		return &VMMUsageError{"the machine's name is missing"}
 	case ramFD >= 0 && (src.Snapshot == "" || ramFD != forkChildFD):
 		return &VMMUsageError{fmt.Sprintf("--ram-fd goes with --restore, and is %d", forkChildFD)}
-	case readyFD >= 0 && readyFD == ramFD:
+	case overlayFD >= 0 && (ramFD < 0 || overlayFD != forkChildOverlayFD):
+		return &VMMUsageError{fmt.Sprintf("--ram-overlay-fd goes with --ram-fd, and is %d", forkChildOverlayFD)}
+	case readyFD >= 0 && (readyFD == ramFD || readyFD == overlayFD):
 		return &VMMUsageError{"--ready-fd is not the RAM's descriptor"}
 	}
 	if ramFD >= 0 {
-		src.RAM = os.NewFile(uintptr(ramFD), "fork-ram")
+		src.RAM.Base = os.NewFile(uintptr(ramFD), "fork-ram")
+	}
+	if overlayFD >= 0 {
+		src.RAM.Overlay = os.NewFile(uintptr(overlayFD), "fork-ram-overlay")
 	}
 	if readyFD >= 0 {
 		syscall.CloseOnExec(readyFD) // not for the VMM's own helpers
@@ -78,5 +86,5 @@ func ServeMachineArgs(args []string) error {
 type VMMUsageError struct{ Msg string }
 
 func (e *VMMUsageError) Error() string {
-	return "usage: machine " + vmmCommand + " NAME [--restore PATH [--ram-fd N]] [--ready-fd N]: " + e.Msg
+	return "usage: machine " + vmmCommand + " NAME [--restore PATH [--ram-fd N [--ram-overlay-fd N]]] [--ready-fd N]: " + e.Msg
 }

@@ -20,6 +20,9 @@ func TestServeMachineArgsRefusesWhatAStarterNeverPasses(t *testing.T) {
 		{[]string{"a", "--ready-fd", "2"}, "above 2"},
 		{[]string{"a", "--ram-fd", "3"}, "goes with --restore"},
 		{[]string{"a", "--restore", "s", "--ram-fd", "3", "--ready-fd", "3"}, "not the RAM's"},
+		{[]string{"a", "--restore", "s", "--ram-overlay-fd", "4"}, "goes with --ram-fd"},
+		{[]string{"a", "--restore", "s", "--ram-fd", "3", "--ram-overlay-fd", "5"}, "is 4"},
+		{[]string{"a", "--restore", "s", "--ram-fd", "3", "--ram-overlay-fd", "4", "--ready-fd", "4"}, "not the RAM's"},
 	} {
 		err := ServeMachineArgs(tc.args)
 		var u *VMMUsageError

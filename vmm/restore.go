@@ -3,7 +3,6 @@ package vmm
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 
 	"github.com/smolvm/smol/kvm"
@@ -38,17 +37,18 @@ func Restore(path string, cfg Config) (*Machine, error) {
 	return restore(path, nil, cfg)
 }
 
-// RestoreFork builds a fork's child from the state file and sealed RAM
-// memfd that the parent's ForkState gave, as Restore does: the child's
-// RAM is a private mapping of the memfd, so nothing is copied.
-func RestoreFork(path string, ram *os.File, cfg Config) (*Machine, error) {
-	if ram == nil {
+// RestoreFork builds a fork's child from the state file and the sealed
+// RAM that the parent's ForkState gave, as Restore does: the child's RAM
+// is a private mapping of the memfds, so nothing is copied. The files
+// stay the caller's to close.
+func RestoreFork(path string, ram ForkRAM, cfg Config) (*Machine, error) {
+	if ram.Base == nil {
 		return nil, errors.New("restore of a fork without its RAM")
 	}
-	return restore(path, ram, cfg)
+	return restore(path, &ram, cfg)
 }
 
-func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
+func restore(path string, ram *ForkRAM, cfg Config) (*Machine, error) {
 	r, err := snapshot.Open(path)
 	if err != nil {
 		return nil, err
@@ -92,19 +92,26 @@ func restore(path string, ram *os.File, cfg Config) (*Machine, error) {
 		src.devices = append(src.devices, ds)
 	}
 	f, off, length := r.RAM()
-	if ram != nil {
-		if length != 0 {
-			return nil, fmt.Errorf("snapshot %s has its own RAM: it is no fork's", path)
-		}
-		f, off, length = ram, 0, int64(ms.Memory)
-	}
-	if uint64(length) != ms.Memory {
+	var runs []memory.Run
+	switch {
+	case ram != nil && length != 0:
+		return nil, fmt.Errorf("snapshot %s has its own RAM: it is no fork's", path)
+	case ram == nil && uint64(length) != ms.Memory:
 		return nil, fmt.Errorf("snapshot %s: %d bytes of RAM for a machine of %d", path, length, ms.Memory)
+	case ram != nil && r.Has(ramRunsSection):
+		if err := r.Section(ramRunsSection, ramRunsSectionVersion, &runs); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Devices, err = hostSide(ms.Devices, cfg.Devices); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	if src.memory, err = memory.NewPrivate(f, off, ms.Memory); err != nil {
+	if ram != nil {
+		src.memory, err = memory.NewFork(ram.Base, ram.Overlay, runs, ms.Memory)
+	} else {
+		src.memory, err = memory.NewPrivate(f, off, ms.Memory)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	cfg.CPUs, cfg.Memory, cfg.restore = ms.CPUs, ms.Memory, src

@@ -16,7 +16,6 @@ import (
 	"github.com/smolvm/smol/virtio/blk"
 	vnet "github.com/smolvm/smol/virtio/net"
 	"github.com/smolvm/smol/virtio/vsock"
-	"golang.org/x/sys/unix"
 )
 
 // Versions of the snapshot sections this package writes; a change to one
@@ -30,6 +29,8 @@ const (
 	deviceSectionVersion  = 1
 	legacySection         = "legacy"
 	legacySectionVersion  = 1
+	ramRunsSection        = "ram.runs" // a fork's []memory.Run
+	ramRunsSectionVersion = 1
 )
 
 // SnapshotOptions says what a snapshot holds besides the machine's own
@@ -180,33 +181,65 @@ func (m *Machine) stateWriter(path string, extra []Section) (*snapshot.Writer, e
 
 // ForkState writes the paused machine's state, without its RAM, to a new
 // file at path, freezes its RAM (memory.Guest.Freeze) and returns the
-// sealed memfd that holds it: with the file, what RestoreFork needs to
-// start a child in another process (handed over as an open file, never
-// by path). The parent may resume afterwards and run on as a sibling.
-func (m *Machine) ForkState(path string, extra []Section) (*os.File, error) {
+// sealed memfds that hold it: with the file, what RestoreFork needs to
+// start a child in another process (handed over as open files, never by
+// path). The parent may resume afterwards and run on as a sibling.
+func (m *Machine) ForkState(path string, extra []Section) (ForkRAM, error) {
 	if !m.Paused() {
-		return nil, ErrNotPaused
+		return ForkRAM{}, ErrNotPaused
 	}
 	if err := m.savable(); err != nil {
-		return nil, err
+		return ForkRAM{}, err
 	}
 	w, err := m.stateWriter(path, extra)
 	if err != nil {
-		return nil, err
+		return ForkRAM{}, err
 	}
 	if err := m.mem.Freeze(); err != nil {
-		return nil, err
+		return ForkRAM{}, err
 	}
-	fd, err := unix.FcntlInt(uintptr(m.mem.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	base, overlay, runs, err := m.mem.ForkFiles()
 	if err != nil {
-		return nil, fmt.Errorf("fork: %w", err)
+		return ForkRAM{}, fmt.Errorf("fork: %w", err)
 	}
-	ram := os.NewFile(uintptr(fd), "smol-guest-ram")
-	if err := w.Commit(bytes.NewReader(nil), 0); err != nil {
+	ram := ForkRAM{Base: base, Overlay: overlay}
+	if len(runs) > 0 {
+		err = w.Section(ramRunsSection, ramRunsSectionVersion, runs)
+	}
+	if err == nil {
+		err = w.Commit(bytes.NewReader(nil), 0)
+	}
+	if err != nil {
 		ram.Close()
-		return nil, err
+		return ForkRAM{}, err
 	}
 	return ram, nil
+}
+
+// ForkRAM is a frozen machine's RAM as a fork's child in another process
+// maps it (memory.NewFork): the sealed memfd of the first fork point in
+// its line and, where the machine changed since, a sealed overlay memfd
+// mapped over the ranges the state file lists (section ram.runs).
+type ForkRAM struct {
+	Base    *os.File
+	Overlay *os.File // nil: nothing is read from an overlay
+}
+
+// Files are the descriptors to hand a child's process, in order.
+func (r ForkRAM) Files() []*os.File {
+	if r.Overlay == nil {
+		return []*os.File{r.Base}
+	}
+	return []*os.File{r.Base, r.Overlay}
+}
+
+// Close closes both files.
+func (r ForkRAM) Close() {
+	for _, f := range r.Files() {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 func deviceState(vd *virtioDevice) DeviceState {

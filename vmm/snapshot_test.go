@@ -216,6 +216,44 @@ func TestForkStateHandsOverRAMByFile(t *testing.T) {
 	}
 }
 
+// TestSecondForkStateHandsOverItsOverlay: a parent that ran on after a
+// fork hands its next child the first fork point and an overlay of what
+// it changed since, and the child, restored from them in the way another
+// process does, continues from the second fork point.
+func TestSecondForkStateHandsOverItsOverlay(t *testing.T) {
+	parent := pausedCounter(t, 1000)
+	dir := t.TempDir()
+	first, err := parent.ForkState(filepath.Join(dir, "first.state"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	at := counter(t, parent)
+	if err := parent.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitAdvance(t, parent, at+1000)
+	parent.Pause()
+	at = counter(t, parent)
+	path := filepath.Join(dir, "second.state")
+	ram, err := parent.ForkState(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ram.Close()
+	if ram.Overlay == nil {
+		t.Fatal("the second fork handed over no overlay: the parent changed nothing?")
+	}
+	child, err := RestoreFork(path, ram, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFromForkPoint(t, child, at)
+	if _, err := RestoreFork(path, ForkRAM{Base: ram.Base}, Config{}); err == nil {
+		t.Error("a hand-over with runs restored without its overlay")
+	}
+}
+
 // TestSnapshotAboveTheMMIOHole: RAM above 4 GiB (past the MMIO hole, where
 // guest addresses and the memfd's offsets differ) comes back at the same
 // guest address.

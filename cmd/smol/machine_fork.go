@@ -8,7 +8,8 @@ import (
 )
 
 // machineVMM is the hidden `smol machine __vmm NAME [--restore PATH
-// [--ram-fd N]] [--ready-fd N]`: the body of a machine's VMM process.
+// [--ram-fd N [--ram-overlay-fd N]]] [--ready-fd N]`: the body of a
+// machine's VMM process.
 func machineVMM(args []string) error {
 	err := smol.ServeMachineArgs(args)
 	if u, ok := err.(*smol.VMMUsageError); ok {

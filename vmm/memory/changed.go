@@ -15,16 +15,17 @@ import (
 
 // A private guest mapping (a fork's, a restore's, a frozen guest that ran
 // on) has two sources for its current contents:
-// the file it is a private mapping of (the last fork point's sealed
-// memfd, or a snapshot's RAM region) and
+// the file it is a private mapping of (a fork point's sealed memfd and
+// overlay, or a snapshot's RAM region) and
 // the pages it wrote since, which the kernel copied into anonymous memory
-// (plus the ranges the balloon replaced with fresh anonymous zero pages).
-// Reading the whole mapping to rebuild a memfd would fault in every page,
-// and for a page a base memfd never held, allocate it in the memfd that
-// earlier children still map. copyChanged builds the new memfd from the
-// two sources instead: the base's data, read with SEEK_DATA (its
-// holes neither read nor allocated), then the changed pages, found in
-// /proc/self/pagemap.
+// (plus the ranges the balloon replaced with fresh anonymous zero pages),
+// found in /proc/self/pagemap (forChangedPages). A guest over a sealed
+// base only needs the second to freeze (overlay.go). A restored guest,
+// whose snapshot file could change under it, is copied into a memfd of
+// its own: reading the whole mapping would fault in every page, so
+// copyChanged builds it from the two sources instead, the file's data
+// read with SEEK_DATA (its holes neither read nor allocated), then the
+// changed pages.
 
 // pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst).
 const (

@@ -14,17 +14,29 @@ import (
 // it: Freeze first remaps the parent's own RAM privately over the same
 // memfd (its writes become its own copies too), and then seals the memfd
 // against every write, hole punch, shrink or growth. From then on the
-// memfd is the fork point's RAM for good, the base of every child.
+// memfd is the fork point's RAM for good, the base of every child (and,
+// with an overlay of what changed since, of every later fork's).
 
-// Freeze turns g into a private mapping of a sealed memfd holding its
-// current contents. For RAM that is a shared mapping of its own memfd
-// (every machine's until its first fork) that costs nothing: the mapping
-// is replaced in place. RAM that is already private (a fork's, a
-// restore's) has no memfd with its contents, so they are copied into a
-// new one first, skipping zero pages: a fork of a fork costs a copy. The
-// guest must not be running. Freezing a frozen Guest does nothing.
+// Freeze turns g into a private mapping of sealed memfds holding its
+// current contents, the fork point its children map. For RAM that is a
+// shared mapping of its own memfd (every machine's until its first fork)
+// that costs nothing: the mapping is replaced in place, and the memfd
+// becomes the base of every later fork in its line. A private guest over
+// such a base (a frozen guest that ran on, a fork's child) folds what it
+// changed since into a new overlay (overlay.go): a copy of its changes,
+// not of its RAM. A private guest over anything else (a restore's
+// snapshot file, which is not sealed) has its contents copied into a new
+// memfd, skipping zero pages. The guest must not be running. Freezing a
+// frozen Guest does nothing.
 func (g *Guest) Freeze() error {
 	if g.frozen {
+		return nil
+	}
+	if g.private && g.baseSealed {
+		if err := g.foldIntoOverlay(); err != nil {
+			return fmt.Errorf("freeze guest memory: %w", err)
+		}
+		g.frozen = true
 		return nil
 	}
 	if g.private {
@@ -39,40 +51,32 @@ func (g *Guest) Freeze() error {
 		return fmt.Errorf("remap guest memory privately: %w", errno)
 	}
 	g.private = true
-	seals := unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(uintptr(g.fd), unix.F_ADD_SEALS, seals); err != nil {
+	if _, err := unix.FcntlInt(uintptr(g.fd), unix.F_ADD_SEALS, forkSeals); err != nil {
 		return fmt.Errorf("seal guest memory: %w", err)
 	}
-	g.frozen = true
+	g.baseSealed, g.frozen = true, true
 	return nil
 }
 
 // Thaw records that the guest runs again after a Freeze: its private
-// mapping now departs from the sealed memfd, which stays the base of the
-// children already made. The next Freeze copies the current contents
-// into a new memfd (the cost of forking a parent that ran on, as of
-// forking a fork); until then Fork refuses.
+// mapping now departs from the fork point, which stays the RAM of the
+// children already made. The next Freeze collects what changed; until
+// then Fork refuses.
 func (g *Guest) Thaw() { g.frozen = false }
 
-// Fork returns a child's RAM: a private mapping of g's frozen memfd. The
-// child reads the fork point's pages until it writes its own; neither it
-// nor g sees the other's writes.
+// Fork returns a child's RAM: the frozen fork point, mapped privately.
+// The child reads the fork point's pages until it writes its own; neither
+// it nor g sees the other's writes.
 func (g *Guest) Fork() (*Guest, error) {
-	if !g.frozen {
-		return nil, fmt.Errorf("fork guest memory: freeze it first")
-	}
-	fd, err := unix.FcntlInt(uintptr(g.fd), unix.F_DUPFD_CLOEXEC, 0)
+	base, overlay, runs, err := g.ForkFiles()
 	if err != nil {
-		return nil, fmt.Errorf("fork guest memory: %w", err)
+		return nil, err
 	}
-	m, err := unix.Mmap(fd, 0, len(g.mapping), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_NORESERVE)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("map a fork of guest memory: %w", err)
+	defer base.Close()
+	if overlay != nil {
+		defer overlay.Close()
 	}
-	// The child holds the base memfd (sealed, so harmless) while it maps
-	// it; its own RAM is private and not frozen.
-	return &Guest{fd: fd, mapping: m, regions: g.Regions(), private: true}, nil
+	return NewFork(base, overlay, runs, uint64(len(g.mapping)))
 }
 
 // copyToNewMemfd puts g's current contents in a new memfd (zero chunks
@@ -92,5 +96,10 @@ func (g *Guest) copyToNewMemfd() error {
 	}
 	unix.Close(g.fd)
 	g.fd, g.fdOff = fd, 0
+	if g.overlay != nil { // a private guest over an unsealed file has none; for certainty
+		g.overlay.Close()
+		g.overlay = nil
+	}
+	g.runs = nil
 	return nil
 }

@@ -116,8 +116,9 @@ func TestUnsealedForkLeaks(t *testing.T) {
 
 // TestRefreezeAfterTheGuestRanOn: a frozen guest that ran on (wrote a
 // page, wrote a page its base never had, had a page discarded) freezes
-// again into a memfd with exactly its current contents, built without
-// allocating any hole of the old base that its first child still maps.
+// again into its base plus an overlay that holds only those changes, not
+// the 16 MiB it holds, and without allocating any hole of the base that
+// its first child still maps; its own private copies are given back.
 func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	const size = 64 << 20
 	g, err := New(size)
@@ -126,6 +127,10 @@ func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	}
 	defer g.Close()
 	page := func(m *Guest, n uint64) []byte { return mustSlice(t, m, n*PageSize, 4) }
+	bulk := mustSlice(t, g, 32<<20, 16<<20)
+	for i := range bulk {
+		bulk[i] = byte(i/PageSize) | 1
+	}
 	copy(page(g, 1), "AAAA")
 	copy(page(g, 100), "AAAA")
 	if err := g.Freeze(); err != nil {
@@ -136,20 +141,13 @@ func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	blocks := func(fd int) int64 {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Blocks
-	}
 	g.Thaw()
 	copy(page(g, 100), "BBBB")
 	copy(page(g, 200), "CCCC") // a write fault on a hole of the base allocates it there (shmem)
 	if err := g.Discard(1*PageSize, PageSize); err != nil {
 		t.Fatal(err)
 	}
-	baseBlocks := blocks(first.fd)
+	baseBlocks := blocks(t, first.fd)
 	if _, err := g.Fork(); err == nil {
 		t.Fatal("a thawed guest forked without freezing again")
 	}
@@ -158,11 +156,14 @@ func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	}
 	// Before anything reads the mappings (a read of a private mapping's
 	// hole allocates the page in the file behind it).
-	if b := blocks(first.fd); b != baseBlocks {
+	if b := blocks(t, first.fd); b != baseBlocks {
 		t.Errorf("the first fork point's memfd grew from %d to %d blocks", baseBlocks, b)
 	}
-	if b := blocks(g.fd); b*512 > 64*PageSize {
-		t.Errorf("the new fork point holds %d bytes for 3 pages of data", b*512)
+	if b := blocks(t, int(g.overlay.Fd())); b*512 > 4*PageSize {
+		t.Errorf("the overlay holds %d bytes for 2 changed pages", b*512)
+	}
+	if n := changedPages(t, g); n != 0 {
+		t.Errorf("the frozen guest still holds %d private pages", n)
 	}
 	second, err := g.Fork()
 	if err != nil {
@@ -184,4 +185,22 @@ func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	if !bytes.Equal(second.Bytes(), g.Bytes()) {
 		t.Error("the second child's memory differs from the parent's")
 	}
+}
+
+func blocks(t *testing.T, fd int) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks
+}
+
+func changedPages(t *testing.T, g *Guest) int {
+	t.Helper()
+	n := 0
+	if err := g.forChangedPages(func(_, len int) error { n += len / PageSize; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -40,6 +40,12 @@ type Guest struct {
 	regions []Region
 	private bool // the mapping is private: discards map zero pages
 	frozen  bool // the memfd is sealed: the base of forks (fork.go)
+	// baseSealed: fd is a sealed memfd, mapped from offset 0 wherever no
+	// run says otherwise (a frozen guest's, a fork's); its next freeze
+	// only collects what differs from it (overlay.go).
+	baseSealed bool
+	overlay    *os.File // the sealed memfd mapped over runs' data, or nil
+	runs       []Run    // where the mapping does not read fd: overlay or zeros
 }
 
 // New creates size bytes of guest RAM (a multiple of PageSize), untouched.
@@ -155,6 +161,10 @@ func (g *Guest) Close() error {
 			err = cerr
 		}
 		g.fd = -1
+	}
+	if g.overlay != nil {
+		g.overlay.Close()
+		g.overlay = nil
 	}
 	return err
 }
