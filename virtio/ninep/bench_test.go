@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/ninep"
 	vt "github.com/smolvm/smol/virtio/virtiotest"
-	"github.com/smolvm/smol/vmm/memory"
 )
 
 // More 9P2000.L message types.
@@ -30,38 +28,13 @@ func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 // used ring, not sleeping between looks: the benchmarks time the device).
 func openedFile(tb testing.TB, size int) (*vt.Driver, *vt.DriverQueue, func(req []byte, room uint32) vt.UsedElem) {
 	tb.Helper()
-	mem, err := memory.New(64 << 20)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { mem.Close() })
 	dir := tb.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "data"), make([]byte, size), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	dev, err := ninep.New(dir, "smol0", false)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { dev.Close() })
-	d := vt.Init(tb, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
-	tb.Cleanup(d.Reset)
+	d := startDevice(tb, dir, 64<<20)
+	openData(tb, d, ninep.MaxMessage)
 	q := d.Queues[0]
-	for _, step := range []struct {
-		m    []byte
-		want byte
-	}{
-		{msg(tversion, 0xffff, u32(ninep.MaxMessage), str("9P2000.L")), rversion},
-		{msg(tattach, 1, u32(0), u32(^uint32(0)), str("root"), str(""), u32(0)), rattach},
-		{msg(twalk, 1, u32(0), u32(1), []byte{1, 0}, str("data")), rwalk},
-		{msg(tlopen, 1, u32(1), u32(2)), rlopen}, // O_RDWR
-	} {
-		q.AddChain([][]byte{step.m}, []uint32{4096})
-		d.Notify(0)
-		if u := q.WaitUsed(1, wait); len(u) != 1 || u[0].Data[4] != step.want {
-			tb.Fatalf("type %d answered %+v", step.m[4], u)
-		}
-	}
 	roundTrip := func(req []byte, room uint32) vt.UsedElem {
 		q.AddChain([][]byte{req}, []uint32{room})
 		d.Notify(0)

@@ -14,10 +14,7 @@ import (
 	"time"
 
 	"github.com/hugelgupf/p9/p9"
-	"github.com/smolvm/smol/virtio"
-	"github.com/smolvm/smol/virtio/ninep"
 	vt "github.com/smolvm/smol/virtio/virtiotest"
-	"github.com/smolvm/smol/vmm/memory"
 )
 
 // ringConn is a 9P client's connection through the device's virtqueue, as
@@ -151,18 +148,7 @@ func TestClientWalksATree(t *testing.T) {
 			want[name] = data
 		}
 	}
-	mem, err := memory.New(32 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	dev, err := ninep.New(root, "smol0", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	d := vt.Init(t, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
-	defer d.Reset()
+	d := startDevice(t, root, 32<<20)
 
 	conn := newRingConn(d, msize, 3)
 	defer conn.Close()

@@ -38,21 +38,52 @@ const (
 
 func start(t *testing.T) (*vt.Driver, *vt.DriverQueue) {
 	t.Helper()
-	mem, err := memory.New(8 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	d := startDevice(t, dir, 8<<20)
+	return d, d.Queues[0]
+}
+
+// startDevice serves dir through a new device over memSize bytes of
+// guest RAM and initialises it as a guest's driver does; all of it is
+// released when the test ends.
+func startDevice(tb testing.TB, dir string, memSize uint64) *vt.Driver {
+	tb.Helper()
+	mem, err := memory.New(memSize)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { mem.Close() })
 	dev, err := ninep.New(dir, "smol0", false)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { dev.Close() })
-	d := vt.Init(t, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
-	t.Cleanup(d.Reset)
-	return d, d.Queues[0]
+	tb.Cleanup(func() { dev.Close() })
+	d := vt.Init(tb, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
+	tb.Cleanup(d.Reset)
+	return d
+}
+
+// openData negotiates msize, attaches and opens the served directory's
+// file "data" read-write as fid 1, one request at a time.
+func openData(tb testing.TB, d *vt.Driver, msize uint32) {
+	tb.Helper()
+	q := d.Queues[0]
+	for _, step := range []struct {
+		m    []byte
+		want byte
+	}{
+		{msg(tversion, 0xffff, u32(msize), str("9P2000.L")), rversion},
+		{msg(tattach, 1, u32(0), u32(^uint32(0)), str("root"), str(""), u32(0)), rattach},
+		{msg(twalk, 1, u32(0), u32(1), []byte{1, 0}, str("data")), rwalk},
+		{msg(tlopen, 1, u32(1), u32(2)), rlopen}, // O_RDWR
+	} {
+		q.AddChain([][]byte{step.m}, []uint32{4096})
+		d.Notify(0)
+		if u := q.WaitUsed(1, wait); len(u) != 1 || u[0].Data[4] != step.want {
+			tb.Fatalf("type %d answered %+v", step.m[4], u)
+		}
+	}
 }
 
 // TestDeviceCarriesMessages: the mount tag is in the config space;

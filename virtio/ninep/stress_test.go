@@ -7,11 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/smolvm/smol/virtio"
-	"github.com/smolvm/smol/virtio/ninep"
-	vt "github.com/smolvm/smol/virtio/virtiotest"
-	"github.com/smolvm/smol/vmm/memory"
 )
 
 // split cuts b into 1 to 4 pieces at random points, as a driver's
@@ -55,38 +50,13 @@ func TestDeviceManyRequestsInFlight(t *testing.T) {
 	for i := range content {
 		content[i] = byte(r.Uint32())
 	}
-	mem, err := memory.New(16 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "data"), content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := ninep.New(dir, "smol0", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	d := vt.Init(t, virtio.NewMMIO(dev, mem, vt.NewIRQ()), mem, vt.Options{})
-	defer d.Reset()
+	d := startDevice(t, dir, 16<<20)
+	openData(t, d, 64<<10)
 	q := d.Queues[0]
-	for _, step := range []struct {
-		m    []byte
-		want byte
-	}{
-		{msg(tversion, 0xffff, u32(64<<10), str("9P2000.L")), rversion},
-		{msg(tattach, 1, u32(0), u32(^uint32(0)), str("root"), str(""), u32(0)), rattach},
-		{msg(twalk, 1, u32(0), u32(1), []byte{1, 0}, str("data")), rwalk},
-		{msg(tlopen, 1, u32(1), u32(2)), rlopen},
-	} {
-		q.AddChain([][]byte{step.m}, []uint32{4096})
-		d.Notify(0)
-		if u := q.WaitUsed(1, wait); len(u) != 1 || u[0].Data[4] != step.want {
-			t.Fatalf("type %d answered %+v", step.m[4], u)
-		}
-	}
 
 	type expect struct {
 		tag  uint16
