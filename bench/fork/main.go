@@ -1,9 +1,11 @@
 // Command fork measures the VMM's side of forking a paused machine, from
 // the Fork call to the child's first KVM_RUN, against creating and
 // starting the same machine afresh (vmm.New and Start to the first
-// KVM_RUN), for several RAM sizes, in one session; and a restore from a
+// KVM_RUN), for several RAM sizes, in one session; a restore from a
 // snapshot file and from a fork's hand-over (what a child in its own VMM
-// process does), each to the first KVM_RUN. The guest is a tiny
+// process does), each to the first KVM_RUN; and later forks of a parent
+// that ran on and changed some of its memory since its first fork
+// (later.go). The guest is a tiny
 // counting program (no kernel), so it runs on the host's own /dev/kvm,
 // PVM included: this measures the VMM, not a guest. Then the disk side
 // (disk.go): each child's writable layer against a copy of the disk.
@@ -35,6 +37,7 @@ func main() {
 	sizes := flag.String("sizes", "256M,1G,4G", "guest RAM sizes")
 	diskMiB := flag.Int("disk-data", 512, "MiB of data on the disk of the disk phase (0: no disk phase)")
 	diskOnly := flag.Bool("disk-only", false, "run only the disk phase")
+	changedMiB := flag.Int("later-changed", 4, "MiB the parent changes between two later forks")
 	flag.Parse()
 	os.Setenv("SMOL_ALLOW_PVM", "1")
 	dir, err := os.MkdirTemp("", "smol-bench-fork-")
@@ -66,6 +69,11 @@ func main() {
 			s, f, stats.Median(r.forkSlots), stats.Median(r.forkCall), stats.Median(r.forkEnter), c, stats.Median(r.newSlots), f/c)
 		fmt.Printf("%-5s restore from a snapshot file (%.1f MiB on disk) %.2f ms, from a fork's hand-over %.2f ms, to the first KVM_RUN (target <= 10 ms for 1G)\n",
 			s, r.snapshotMB, stats.Median(r.restore), stats.Median(r.handOver))
+		later, err := laterForks(kernel, size, *n, *changedMiB)
+		if err != nil {
+			fatal(fmt.Errorf("%s: later forks: %w", s, err))
+		}
+		printLaterForks(s, size, later, *changedMiB, c)
 	}
 	if *diskMiB > 0 {
 		if err := benchDisks(dir, min(*n, 5), 8, *diskMiB); err != nil {

@@ -86,7 +86,7 @@ func (g *Guest) foldIntoOverlay() error {
 			kind[p] = pageZero
 		}
 	}
-	runs := coalesceRuns(runsOf(kind), MaxRuns)
+	runs := coalesceRuns(runsOf(kind), MaxRuns, cheapGap)
 
 	fd, err := unix.MemfdCreate("smol-guest-ram-overlay", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -188,25 +188,43 @@ func runsOf(kind []byte) []Run {
 	return runs
 }
 
-// coalesceRuns merges neighbouring runs, the closest first, until at most
-// limit remain. A merged run is data (its zero pages become holes in the
-// overlay, its base pages copies), unless it joins two zero runs that
-// touch.
-func coalesceRuns(runs []Run, limit int) []Run {
+// cheapGap is the gap between two runs that is cheaper to copy into the
+// overlay than to leave to the base: a mapping costs the guest and every
+// child an mmap (and the guest's VM an invalidation of the range), several
+// microseconds, as much as copying a few pages.
+const cheapGap = 4 * PageSize
+
+// coalesceRuns merges data runs no more than gap apart, then any runs,
+// the closest first, until at most limit remain. A merged run is data
+// (its zero pages become holes in the overlay, its base pages copies),
+// unless it joins two zero runs that touch. (A zero run is not merged for
+// cheapness: a large one left to the overlay's holes would allocate
+// pages in the overlay where the guest touches it.)
+func coalesceRuns(runs []Run, limit int, gap uint64) []Run {
+	runs = mergeRuns(runs, gap, false)
 	for gap := uint64(0); len(runs) > limit; gap = max(2*gap, PageSize) {
-		out := []Run{runs[0]}
-		for _, r := range runs[1:] {
-			last := &out[len(out)-1]
-			if r.Off-last.End() > gap {
-				out = append(out, r)
-				continue
-			}
-			last.Zero = last.Zero && r.Zero && r.Off == last.End()
-			last.Len = r.End() - last.Off
-		}
-		runs = out
+		runs = mergeRuns(runs, gap, true)
 	}
 	return runs
+}
+
+// mergeRuns merges neighbouring runs no more than gap apart, zero runs
+// only if withZero.
+func mergeRuns(runs []Run, gap uint64, withZero bool) []Run {
+	if len(runs) == 0 {
+		return runs
+	}
+	out := []Run{runs[0]}
+	for _, r := range runs[1:] {
+		last := &out[len(out)-1]
+		if r.Off-last.End() > gap || !withZero && (r.Zero || last.Zero) {
+			out = append(out, r)
+			continue
+		}
+		last.Zero = last.Zero && r.Zero && r.Off == last.End()
+		last.Len = r.End() - last.Off
+	}
+	return out
 }
 
 // NewFork maps a fork's RAM, size bytes, as a child in another process
