@@ -48,7 +48,7 @@ func (g *Guest) copyChanged(fd int) error {
 		return fmt.Errorf("copy the fork point: %w", err)
 	}
 	base := uintptr(unsafe.Pointer(&g.mapping[0]))
-	anon, err := anonymousRanges(base, uintptr(len(g.mapping)))
+	anon, _, err := anonymousRanges(base, uintptr(len(g.mapping)))
 	if err != nil {
 		return err
 	}
@@ -58,8 +58,7 @@ func (g *Guest) copyChanged(fd int) error {
 		}
 	}
 	return g.forChangedPages(func(off, n int) error {
-		_, err := unix.Pwrite(fd, g.mapping[off:off+n], int64(off))
-		return err
+		return writeFull(fd, g.mapping[off:off+n], int64(off))
 	})
 }
 
@@ -105,16 +104,18 @@ func (g *Guest) forChangedPages(fn func(off, n int) error) error {
 }
 
 // anonymousRanges lists the parts of [base, base+size) that this
-// process's memory map shows as anonymous (no file behind them).
-func anonymousRanges(base, size uintptr) ([][2]uintptr, error) {
+// process's memory map shows as anonymous (no file behind them), and
+// counts the process's mappings.
+func anonymousRanges(base, size uintptr) (_ [][2]uintptr, mappings int, _ error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	var out [][2]uintptr
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
+		mappings++
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
 			continue
@@ -133,9 +134,14 @@ func anonymousRanges(base, size uintptr) ([][2]uintptr, error) {
 			out = append(out, [2]uintptr{s, e})
 		}
 	}
-	return out, sc.Err()
+	return out, mappings, sc.Err()
 }
 
 type fdWriter int
 
-func (w fdWriter) WriteAt(p []byte, off int64) (int, error) { return unix.Pwrite(int(w), p, off) }
+func (w fdWriter) WriteAt(p []byte, off int64) (int, error) {
+	if err := writeFull(int(w), p, off); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -46,6 +46,7 @@ type Guest struct {
 	baseSealed bool
 	overlay    *os.File // the sealed memfd mapped over runs' data, or nil
 	runs       []Run    // where the mapping does not read fd: overlay or zeros
+	broken     error    // a remap failed: never freeze or fork again (fold.go)
 }
 
 // New creates size bytes of guest RAM (a multiple of PageSize), untouched.

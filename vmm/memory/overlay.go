@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"unsafe"
@@ -43,104 +42,6 @@ func (r Run) End() uint64 { return r.Off + r.Len }
 // between them copied into the overlay) until at most MaxRuns remain.
 const MaxRuns = 4096
 
-// Page kinds in foldIntoOverlay's map of the guest.
-const (
-	pageBase byte = iota // reads the base: unchanged
-	pageData             // changed: its contents go into the overlay
-	pageZero             // discarded since: zeros
-)
-
-// foldIntoOverlay freezes a private guest whose base is a sealed memfd:
-// everything that differs from the base (the overlay's runs it already
-// maps, the pages it wrote, the ranges the balloon discarded) goes into a
-// new sealed overlay, and the guest is remapped from it, which frees its
-// private copies. Pages that read as zeros are mapped anonymous (or, where
-// runs were merged, left as holes in the overlay).
-func (g *Guest) foldIntoOverlay() error {
-	kind := make([]byte, len(g.mapping)/PageSize)
-	for _, r := range g.runs {
-		if !r.Zero {
-			markPages(kind, r.Off, r.Len, pageData)
-		}
-	}
-	base := uintptr(unsafe.Pointer(&g.mapping[0]))
-	anon, err := anonymousRanges(base, uintptr(len(g.mapping)))
-	if err != nil {
-		return err
-	}
-	for _, r := range anon {
-		markPages(kind, uint64(r[0]-base), uint64(r[1]-r[0]), pageZero)
-	}
-	if err := g.forChangedPages(func(off, n int) error {
-		markPages(kind, uint64(off), uint64(n), pageData)
-		return nil
-	}); err != nil {
-		return err
-	}
-	// A changed page that reads as zeros (discarded, or only read since:
-	// the shared zero page) is mapped anonymous rather than from the
-	// overlay, whose holes would be allocated on a fault.
-	var zero [PageSize]byte
-	for p, k := range kind {
-		if k == pageData && bytes.Equal(g.mapping[p*PageSize:(p+1)*PageSize], zero[:]) {
-			kind[p] = pageZero
-		}
-	}
-	runs := coalesceRuns(runsOf(kind), MaxRuns, cheapGap)
-
-	fd, err := unix.MemfdCreate("smol-guest-ram-overlay", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return fmt.Errorf("memfd_create: %w", err)
-	}
-	overlay := os.NewFile(uintptr(fd), "smol-guest-ram-overlay")
-	if err := g.fillOverlay(fd, runs); err != nil {
-		overlay.Close()
-		return err
-	}
-	if err := mapRuns(g.mapping, fd, runs); err != nil {
-		// The guest's mapping may be partly remapped: its contents are
-		// the same either way (the overlay holds what it replaced).
-		overlay.Close()
-		return err
-	}
-	if g.overlay != nil {
-		g.overlay.Close() // its children map it; this guest no longer does
-	}
-	g.overlay, g.runs = overlay, runs
-	return nil
-}
-
-// fillOverlay sizes the new memfd fd as the guest, writes the runs'
-// non-zero pages into it from the guest's mapping, and seals it.
-func (g *Guest) fillOverlay(fd int, runs []Run) error {
-	if err := unix.Ftruncate(fd, int64(len(g.mapping))); err != nil {
-		return err
-	}
-	var zero [PageSize]byte
-	for _, r := range runs {
-		if r.Zero {
-			continue
-		}
-		// Consecutive non-zero pages go in one write.
-		start := r.Off
-		for off := r.Off; off <= r.End(); off += PageSize {
-			if off < r.End() && !bytes.Equal(g.mapping[off:off+PageSize], zero[:]) {
-				continue
-			}
-			if off > start {
-				if _, err := unix.Pwrite(fd, g.mapping[start:off], int64(start)); err != nil {
-					return fmt.Errorf("write the overlay: %w", err)
-				}
-			}
-			start = off + PageSize
-		}
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, forkSeals); err != nil {
-		return fmt.Errorf("seal the overlay: %w", err)
-	}
-	return nil
-}
-
 // forkSeals make a memfd a fork point for good: no write, punch, shrink,
 // growth, or change of seals.
 const forkSeals = unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
@@ -163,68 +64,6 @@ func mapRuns(m []byte, fd int, runs []Run) error {
 		}
 	}
 	return nil
-}
-
-func markPages(kind []byte, off, n uint64, k byte) {
-	for p := off / PageSize; p < (off+n)/PageSize; p++ {
-		kind[p] = k
-	}
-}
-
-// runsOf turns a page map into the runs of pages that are not the base's.
-func runsOf(kind []byte) []Run {
-	var runs []Run
-	for p := 0; p < len(kind); {
-		k := kind[p]
-		q := p + 1
-		for q < len(kind) && kind[q] == k {
-			q++
-		}
-		if k != pageBase {
-			runs = append(runs, Run{Off: uint64(p) * PageSize, Len: uint64(q-p) * PageSize, Zero: k == pageZero})
-		}
-		p = q
-	}
-	return runs
-}
-
-// cheapGap is the gap between two runs that is cheaper to copy into the
-// overlay than to leave to the base: a mapping costs the guest and every
-// child an mmap (and the guest's VM an invalidation of the range), several
-// microseconds, as much as copying a few pages.
-const cheapGap = 4 * PageSize
-
-// coalesceRuns merges data runs no more than gap apart, then any runs,
-// the closest first, until at most limit remain. A merged run is data
-// (its zero pages become holes in the overlay, its base pages copies),
-// unless it joins two zero runs that touch. (A zero run is not merged for
-// cheapness: a large one left to the overlay's holes would allocate
-// pages in the overlay where the guest touches it.)
-func coalesceRuns(runs []Run, limit int, gap uint64) []Run {
-	runs = mergeRuns(runs, gap, false)
-	for gap := uint64(0); len(runs) > limit; gap = max(2*gap, PageSize) {
-		runs = mergeRuns(runs, gap, true)
-	}
-	return runs
-}
-
-// mergeRuns merges neighbouring runs no more than gap apart, zero runs
-// only if withZero.
-func mergeRuns(runs []Run, gap uint64, withZero bool) []Run {
-	if len(runs) == 0 {
-		return runs
-	}
-	out := []Run{runs[0]}
-	for _, r := range runs[1:] {
-		last := &out[len(out)-1]
-		if r.Off-last.End() > gap || !withZero && (r.Zero || last.Zero) {
-			out = append(out, r)
-			continue
-		}
-		last.Zero = last.Zero && r.Zero && r.Off == last.End()
-		last.Len = r.End() - last.Off
-	}
-	return out
 }
 
 // NewFork maps a fork's RAM, size bytes, as a child in another process

@@ -19,6 +19,16 @@ import (
 // against a model after each step: whatever the order, a child reads its
 // parent's RAM at the fork and never a later write of anyone's.
 func TestForkLineagesKeepTheirContents(t *testing.T) {
+	for _, limit := range []int{MaxRuns, 3} { // 3: every fold merges runs
+		t.Run(strconv.Itoa(limit), func(t *testing.T) {
+			defer func(old int) { runLimit = old }(runLimit)
+			runLimit = limit
+			forkLineages(t)
+		})
+	}
+}
+
+func forkLineages(t *testing.T) {
 	const pages = 512
 	type live struct {
 		g     *Guest
@@ -60,7 +70,7 @@ func TestForkLineagesKeepTheirContents(t *testing.T) {
 		var what string
 		switch op := rng.Intn(10); {
 		case op < 6: // write a few pages
-			p, n, b := rng.Intn(pages), 1+rng.Intn(8), byte(1+rng.Intn(255))
+			p, n, b := rng.Intn(pages), 1+rng.Intn(8), byte(rng.Intn(256)) // zeros too
 			for q := p; q < min(p+n, pages); q++ {
 				copy(l.g.Bytes()[q*PageSize:(q+1)*PageSize], bytes.Repeat([]byte{b}, PageSize))
 				l.model[q] = b
@@ -108,9 +118,9 @@ func TestScatteredChangesStayWithinMaxRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	mem := g.Bytes()
+	mem, want := g.Bytes(), make([]byte, size)
 	for p := 0; p < size/PageSize; p += 3 {
-		mem[p*PageSize] = 1
+		mem[p*PageSize], want[p*PageSize] = 1, 1
 	}
 	if err := g.Freeze(); err != nil {
 		t.Fatal(err)
@@ -118,7 +128,7 @@ func TestScatteredChangesStayWithinMaxRuns(t *testing.T) {
 	g.Thaw()
 	mem = g.Bytes()
 	for p := 0; p < 3*MaxRuns; p += 2 {
-		mem[p*PageSize+1] = 2
+		mem[p*PageSize+1], want[p*PageSize+1] = 2, 2
 	}
 	if err := g.Freeze(); err != nil {
 		t.Fatal(err)
@@ -131,8 +141,9 @@ func TestScatteredChangesStayWithinMaxRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer child.Close()
-	if !bytes.Equal(child.Bytes(), g.Bytes()) {
-		t.Fatal("the child's memory differs from its parent's")
+	// Against what was written, not the parent: both map the overlay.
+	if !bytes.Equal(child.Bytes(), want) || !bytes.Equal(g.Bytes(), want) {
+		t.Fatal("the fork's memory differs from what was written")
 	}
 	if n := countMappings(t, child); n > 2*MaxRuns+1 {
 		t.Errorf("the child's RAM is %d mappings", n)
@@ -282,5 +293,107 @@ func BenchmarkLaterFreeze(b *testing.B) {
 			b.Fatal(err)
 		}
 		child.Close()
+	}
+}
+
+// TestMergedFoldsAllocateNoSharedHoles: runs merged to stay under the
+// limit take in base pages the guest never touched, and the next fold
+// reads the first overlay's holes; neither may allocate pages in the
+// base or the earlier overlay, which children keep alive, and the
+// overlay holds the data, not the gaps.
+func TestMergedFoldsAllocateNoSharedHoles(t *testing.T) {
+	defer func(old int) { runLimit = old }(runLimit)
+	runLimit = 2
+	const size = 64 << 20
+	g, err := New(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	want := make([]byte, size)
+	write := func(p int, b byte) {
+		g.Bytes()[p*PageSize], want[p*PageSize] = b, b
+	}
+	write(0, 1) // the base holds one page
+	if err := g.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	g.Thaw()
+	for p := 100; p < 4100; p += 8 { // 500 runs over 16 MiB of the base's holes
+		write(p, 2)
+	}
+	baseBlocks := blocks(t, g.fd)
+	if err := g.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.runs) > runLimit {
+		t.Fatalf("%d runs over a limit of %d", len(g.runs), runLimit)
+	}
+	if b := blocks(t, g.fd); b != baseBlocks {
+		t.Errorf("the fold allocated %d blocks of the base", b-baseBlocks)
+	}
+	first := g.overlay
+	if b := blocks(t, int(first.Fd())); b*512 > 600*PageSize {
+		t.Errorf("the overlay holds %d bytes for 500 pages of data", b*512)
+	}
+	firstChild, err := g.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer firstChild.Close()
+	first = firstChild.overlay // the guest closes its own on the next fold
+	g.Thaw()
+	write(5000, 3) // a write fault on a base hole allocates it there (shmem)
+	firstBlocks, baseBlocks := blocks(t, int(first.Fd())), blocks(t, g.fd)
+	if err := g.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	if b := blocks(t, int(first.Fd())); b != firstBlocks {
+		t.Errorf("the second fold allocated %d blocks of the first overlay", b-firstBlocks)
+	}
+	if b := blocks(t, g.fd); b != baseBlocks {
+		t.Errorf("the second fold allocated %d blocks of the base", b-baseBlocks)
+	}
+	child, err := g.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Close()
+	if !bytes.Equal(child.Bytes(), want) {
+		t.Error("the child's memory differs from what was written")
+	}
+}
+
+// TestFailedRemapStopsForks: a fold whose remap fails part way leaves the
+// guest's memory in a state nobody knows, so that guest is never frozen
+// or forked again (instead of handing children the wrong pages).
+func TestFailedRemapStopsForks(t *testing.T) {
+	defer func(old func([]byte, int, []Run) error) { remapRuns = old }(remapRuns)
+	g, err := New(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	g.Thaw()
+	g.Bytes()[10*PageSize], g.Bytes()[500*PageSize] = 1, 1
+	remapRuns = func(m []byte, fd int, runs []Run) error {
+		if err := mapRuns(m, fd, runs[:1]); err != nil {
+			return err
+		}
+		return unix.ENOMEM
+	}
+	if err := g.Freeze(); err == nil {
+		t.Fatal("the failed remap was not reported")
+	}
+	remapRuns = mapRuns
+	if err := g.Freeze(); err == nil || !strings.Contains(err.Error(), "unknown state") {
+		t.Fatalf("a later freeze: %v", err)
+	}
+	if c, err := g.Fork(); err == nil {
+		c.Close()
+		t.Fatal("a guest whose remap failed forked")
 	}
 }
