@@ -1,7 +1,9 @@
 package memory
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,14 +22,15 @@ import (
 // Freeze turns g into a private mapping of sealed memfds holding its
 // current contents, the fork point its children map. For RAM that is a
 // shared mapping of its own memfd (every machine's until its first fork)
-// that costs nothing: the mapping is replaced in place, and the memfd
-// becomes the base of every later fork in its line. A private guest over
-// such a base (a frozen guest that ran on, a fork's child) folds what it
-// changed since into a new overlay (overlay.go): a copy of its changes,
-// not of its RAM. A private guest over anything else (a restore's
-// snapshot file, which is not sealed) has its contents copied into a new
-// memfd, skipping zero pages. The guest must not be running. Freezing a
-// frozen Guest does nothing.
+// that costs nothing: the mapping is replaced in place, the memfd becomes
+// the base of every later fork in its line, and its largest holes are
+// mapped anonymous (baseHoles). A private guest over such a base (a
+// frozen guest that ran on, a fork's child) folds what it changed since
+// into a new overlay (overlay.go): a copy of its changes, not of its RAM.
+// A private guest over anything else (a restore's snapshot file, which is
+// not sealed) has its contents copied into a new memfd, skipping zero
+// pages. The guest must not be running. Freezing a frozen Guest does
+// nothing.
 func (g *Guest) Freeze() error {
 	if g.frozen {
 		return nil
@@ -54,8 +57,61 @@ func (g *Guest) Freeze() error {
 	if _, err := unix.FcntlInt(uintptr(g.fd), unix.F_ADD_SEALS, forkSeals); err != nil {
 		return fmt.Errorf("seal guest memory: %w", err)
 	}
+	holes, err := baseHoles(g.fd, int64(len(g.mapping)))
+	if err != nil {
+		return fmt.Errorf("freeze guest memory: %w", err)
+	}
+	if err := remapRuns(g.mapping, -1, holes); err != nil {
+		g.broken = fmt.Errorf("guest memory is in an unknown state after a failed remap, and cannot be forked: %w", err)
+		return g.broken
+	}
+	g.runs = holes
 	g.baseSealed, g.frozen = true, true
 	return nil
+}
+
+// The base's largest holes, the RAM the guest never touched, are mapped
+// anonymous in the frozen guest and its children: a write fault on a hole
+// of a private mapping of a memfd allocates a zero page in the memfd (the
+// base every child shares) before copying it, so a page the guest or a
+// child first writes after the fork would cost two. Only the largest
+// holes, and few of them, so that the first fork stays a handful of
+// mmaps: most of a guest's untouched RAM is in a few large holes.
+const (
+	minHoleRun  = 2 << 20
+	maxHoleRuns = 64
+)
+
+// baseHoles returns the holes of the memfd fd (size bytes) of at least
+// minHoleRun, the largest maxHoleRuns of them, in order, as zero runs.
+func baseHoles(fd int, size int64) ([]Run, error) {
+	var holes []Run
+	for off := int64(0); off < size; {
+		hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("find the holes of guest memory: %w", err)
+		}
+		if hole >= size {
+			break
+		}
+		data, err := unix.Seek(fd, hole, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			data = size
+		} else if err != nil {
+			return nil, fmt.Errorf("find the holes of guest memory: %w", err)
+		}
+		start, end := (hole+PageSize-1)&^(PageSize-1), min(data, size)&^(PageSize-1)
+		if end-start >= minHoleRun {
+			holes = append(holes, Run{Off: uint64(start), Len: uint64(end - start), Zero: true})
+		}
+		off = max(data, hole+PageSize)
+	}
+	if len(holes) > maxHoleRuns {
+		slices.SortFunc(holes, func(a, b Run) int { return cmp.Compare(b.Len, a.Len) })
+		holes = holes[:maxHoleRuns]
+		slices.SortFunc(holes, func(a, b Run) int { return cmp.Compare(a.Off, b.Off) })
+	}
+	return holes, nil
 }
 
 // Thaw records that the guest runs again after a Freeze: its private

@@ -143,7 +143,7 @@ func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	defer first.Close()
 	g.Thaw()
 	copy(page(g, 100), "BBBB")
-	copy(page(g, 200), "CCCC") // a write fault on a hole of the base allocates it there (shmem)
+	copy(page(g, 200), "CCCC") // in a hole of the base, mapped anonymous
 	if err := g.Discard(1*PageSize, PageSize); err != nil {
 		t.Fatal(err)
 	}

@@ -343,7 +343,7 @@ func TestMergedFoldsAllocateNoSharedHoles(t *testing.T) {
 	defer firstChild.Close()
 	first = firstChild.overlay // the guest closes its own on the next fold
 	g.Thaw()
-	write(5000, 3) // a write fault on a base hole allocates it there (shmem)
+	write(5000, 3)
 	firstBlocks, baseBlocks := blocks(t, int(first.Fd())), blocks(t, g.fd)
 	if err := g.Freeze(); err != nil {
 		t.Fatal(err)
@@ -395,5 +395,43 @@ func TestFailedRemapStopsForks(t *testing.T) {
 	if c, err := g.Fork(); err == nil {
 		c.Close()
 		t.Fatal("a guest whose remap failed forked")
+	}
+}
+
+// TestWritesToUntouchedRAMCostOnePage: after a fork, a page neither the
+// parent nor anyone had touched costs whoever writes it one anonymous
+// page, and nothing in the base they share (a write fault on a hole of a
+// private mapping of a memfd would allocate the hole in the memfd first).
+func TestWritesToUntouchedRAMCostOnePage(t *testing.T) {
+	const size = 64 << 20
+	g, err := New(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	copy(g.Bytes()[PageSize:], "data")
+	if err := g.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	child, err := g.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Close()
+	baseBlocks := blocks(t, g.fd)
+	g.Thaw()
+	for _, m := range []*Guest{g, child} {
+		for off := 8 << 20; off < 40<<20; off += 1 << 20 {
+			m.Bytes()[off] = 7
+		}
+	}
+	if b := blocks(t, g.fd); b != baseBlocks {
+		t.Errorf("writes to untouched RAM allocated %d KiB of the shared base", (b-baseBlocks)/2)
+	}
+	if got := string(child.Bytes()[PageSize : PageSize+4]); got != "data" {
+		t.Errorf("the child reads %q", got)
+	}
+	if n := changedPages(t, child); n != 32 {
+		t.Errorf("the child holds %d pages of its own for 32 written", n)
 	}
 }
