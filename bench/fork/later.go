@@ -18,20 +18,11 @@ import (
 // Pause, then Fork to the child's first KVM_RUN (timed); the child is
 // closed at once.
 func laterForks(kernel string, size uint64, n, changedMiB int) ([]float64, error) {
-	parent, err := vmm.New(vmm.Config{Kernel: kernel, CPUs: 1, Memory: size})
+	parent, stop, err := pausedCounter(vmm.Config{Kernel: kernel, CPUs: 1, Memory: size})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { parent.Stop(); parent.Wait(); parent.Close() }()
-	if err := parent.Start(); err != nil {
-		return nil, err
-	}
-	if err := waitCount(parent); err != nil {
-		return nil, err
-	}
-	if err := parent.Pause(); err != nil {
-		return nil, err
-	}
+	defer stop()
 	// Above the guest's code and counter: the upper half of RAM below
 	// the MMIO hole (or of all RAM, when it is smaller).
 	mem := parent.Memory().Bytes()

@@ -93,22 +93,32 @@ type result struct {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// pausedCounter starts the counting guest and pauses it once it counts;
+// stop ends it.
+func pausedCounter(cfg vmm.Config) (m *vmm.Machine, stop func(), err error) {
+	if m, err = vmm.New(cfg); err != nil {
+		return nil, nil, err
+	}
+	stop = func() { m.Stop(); m.Wait(); m.Close() }
+	if err = m.Start(); err == nil {
+		if err = waitCount(m); err == nil {
+			err = m.Pause()
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return m, stop, nil
+}
+
 func measure(kernel string, size uint64, n int) (r result, err error) {
 	cfg := vmm.Config{Kernel: kernel, CPUs: 1, Memory: size}
-	parent, err := vmm.New(cfg)
+	parent, stop, err := pausedCounter(cfg)
 	if err != nil {
 		return r, err
 	}
-	defer func() { parent.Stop(); parent.Wait(); parent.Close() }()
-	if err := parent.Start(); err != nil {
-		return r, err
-	}
-	if err := waitCount(parent); err != nil {
-		return r, err
-	}
-	if err := parent.Pause(); err != nil {
-		return r, err
-	}
+	defer stop()
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		child, err := parent.Fork(vmm.Config{})
