@@ -189,6 +189,7 @@ func (b *machineBackend) holdPaused() (release func(), err error) {
 func (b *machineBackend) Snapshot(req machine.SnapshotRequest) error {
 	b.statesMu.Lock()
 	defer b.statesMu.Unlock()
+	defer func() { go vmm.ReleaseIdleMemory() }()
 	release, err := b.holdPaused()
 	if err != nil {
 		return err
@@ -210,6 +211,7 @@ func (b *machineBackend) Snapshot(req machine.SnapshotRequest) error {
 func (b *machineBackend) Fork(req machine.ForkRequest) (err error) {
 	b.statesMu.Lock()
 	defer b.statesMu.Unlock()
+	defer func() { go vmm.ReleaseIdleMemory() }() // after the reply, off the fork's path
 	for _, name := range req.Names {
 		if _, err := b.store.Load(name); err == nil {
 			return fmt.Errorf("machine %s already exists", name)

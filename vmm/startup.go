@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,23 +76,40 @@ var releaseOnce sync.Once
 // in privately modified copies of code pages.
 func releaseStartupPages() {
 	releaseOnce.Do(func() {
-		if traced() {
-			return
-		}
-		var st syscall.Stat_t
-		if err := syscall.Stat("/proc/self/exe", &st); err != nil {
-			return
-		}
-		maps, err := os.ReadFile("/proc/self/maps")
-		if err != nil {
-			return
-		}
-		for _, r := range executableMappings(maps, st.Dev, st.Ino) {
-			// Errors leave the pages where they are, which is harmless.
-			unix.Syscall(unix.SYS_MADVISE, uintptr(r.start), uintptr(r.end-r.start), unix.MADV_DONTNEED)
-		}
+		releaseExecutablePages()
 		trace("start-up pages released")
 	})
+}
+
+// ReleaseIdleMemory gives back what a rare operation of a running VMM (a
+// fork, a snapshot) brought in and no longer needs: the executable's
+// pages its code faulted in, as releaseStartupPages does at start-up, and
+// the heap it freed. A running machine's VMM measured 11.4 MiB outside
+// guest RAM before five forks and 16.2 MiB after, 3.4 of it the binary's
+// pages.
+func ReleaseIdleMemory() {
+	releaseExecutablePages()
+	debug.FreeOSMemory()
+}
+
+// releaseExecutablePages unmaps the read-only pages of this process's
+// executable (see releaseStartupPages); not under a debugger.
+func releaseExecutablePages() {
+	if traced() {
+		return
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
+		return
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return
+	}
+	for _, r := range executableMappings(maps, st.Dev, st.Ino) {
+		// Errors leave the pages where they are, which is harmless.
+		unix.Syscall(unix.SYS_MADVISE, uintptr(r.start), uintptr(r.end-r.start), unix.MADV_DONTNEED)
+	}
 }
 
 type addrRange struct{ start, end uint64 }
