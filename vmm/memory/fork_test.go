@@ -8,6 +8,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// newGuest is New(size), closed when the test ends.
+func newGuest(t *testing.T, size uint64) *Guest {
+	t.Helper()
+	g, err := New(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
 func mustSlice(t *testing.T, g *Guest, addr, n uint64) []byte {
 	t.Helper()
 	b, err := g.Slice(addr, n)
@@ -23,11 +34,7 @@ func mustSlice(t *testing.T, g *Guest, addr, n uint64) []byte {
 // carries the fork's own writes.
 func TestForkedMemoryDiverges(t *testing.T) {
 	const size = 16 << 20
-	parent, err := New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer parent.Close()
+	parent := newGuest(t, size)
 	copy(mustSlice(t, parent, 0x1000, 5), "base!")
 	if err := parent.Freeze(); err != nil {
 		t.Fatal(err)
@@ -98,11 +105,7 @@ func TestForkedMemoryDiverges(t *testing.T) {
 // memfd whose owner keeps writing through a shared mapping sees those
 // writes on every page it has not written, which is why Freeze exists.
 func TestUnsealedForkLeaks(t *testing.T) {
-	g, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, 1<<20)
 	m, err := unix.Mmap(g.FD(), 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
 	if err != nil {
 		t.Fatal(err)
@@ -121,11 +124,7 @@ func TestUnsealedForkLeaks(t *testing.T) {
 // its first child still maps; its own private copies are given back.
 func TestRefreezeAfterTheGuestRanOn(t *testing.T) {
 	const size = 64 << 20
-	g, err := New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, size)
 	page := func(m *Guest, n uint64) []byte { return mustSlice(t, m, n*PageSize, 4) }
 	bulk := mustSlice(t, g, 32<<20, 16<<20)
 	for i := range bulk {

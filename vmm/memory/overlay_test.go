@@ -113,11 +113,7 @@ func forkLineages(t *testing.T) {
 // the child reads exactly the parent's memory.
 func TestScatteredChangesStayWithinMaxRuns(t *testing.T) {
 	const size = 64 << 20
-	g, err := New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, size)
 	mem, want := g.Bytes(), make([]byte, size)
 	for p := 0; p < size/PageSize; p += 3 {
 		mem[p*PageSize], want[p*PageSize] = 1, 1
@@ -305,11 +301,7 @@ func TestMergedFoldsAllocateNoSharedHoles(t *testing.T) {
 	defer func(old int) { runLimit = old }(runLimit)
 	runLimit = 2
 	const size = 64 << 20
-	g, err := New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, size)
 	want := make([]byte, size)
 	write := func(p int, b byte) {
 		g.Bytes()[p*PageSize], want[p*PageSize] = b, b
@@ -369,11 +361,7 @@ func TestMergedFoldsAllocateNoSharedHoles(t *testing.T) {
 // or forked again (instead of handing children the wrong pages).
 func TestFailedRemapStopsForks(t *testing.T) {
 	defer func(old func([]byte, int, []Run) error) { remapRuns = old }(remapRuns)
-	g, err := New(4 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, 4<<20)
 	if err := g.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -404,11 +392,7 @@ func TestFailedRemapStopsForks(t *testing.T) {
 // private mapping of a memfd would allocate the hole in the memfd first).
 func TestWritesToUntouchedRAMCostOnePage(t *testing.T) {
 	const size = 64 << 20
-	g, err := New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := newGuest(t, size)
 	copy(g.Bytes()[PageSize:], "data")
 	if err := g.Freeze(); err != nil {
 		t.Fatal(err)
