@@ -335,6 +335,7 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 	cmd.Args = append(cmd.Args, "--ready-fd", strconv.Itoa(3+len(cmd.ExtraFiles)))
 	cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	consoleBefore := m.store.ConsoleSize(name)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())
 	vmm.TracePhase("machine: starting %s's VMM process", name)
@@ -355,7 +356,7 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 	for {
 		select {
 		case <-exited:
-			return fmt.Errorf("machine %s did not start: %s", name, vmmFailure(logPath))
+			return m.startFailure(logPath, consoleBefore)
 		case <-ctx.Done():
 			cmd.Process.Kill()
 			<-exited
@@ -389,6 +390,18 @@ func (m *NamedMachine) lockStart() (*machine.Lock, error) {
 		return nil, fmt.Errorf("machine %s is being started by another command", m.spec.Name)
 	}
 	return l, err
+}
+
+// startFailure says why a VMM process ended before its machine ran: the
+// process's last line, and the end of what this start's guest wrote on
+// its console, if it wrote anything (a guest kernel that panicked, whose
+// reset ends the VM without a VMM error, says why only there).
+func (m *NamedMachine) startFailure(logPath string, consoleBefore int64) error {
+	err := fmt.Errorf("machine %s did not start: %s", m.spec.Name, vmmFailure(logPath))
+	if tail := lastLines(termsafe.Text(string(m.store.TailSince(m.spec.Name, consoleBefore, 4096))), 10); tail != "" {
+		return fmt.Errorf("%w; guest console ends with:\n%s", err, tail)
+	}
+	return err
 }
 
 // vmmFailure is the last line the VMM process wrote (its error).

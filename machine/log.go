@@ -69,6 +69,23 @@ func (l *RotatingLog) Close() error {
 
 // Tail returns up to n bytes from the end of the machine's console log.
 func (s *Store) Tail(name string, n int64) []byte {
+	return s.TailSince(name, 0, n)
+}
+
+// ConsoleSize is how long the machine's console log is now: a start that
+// notes it can tell its own guest's output (TailSince) from an earlier
+// boot's, the log being appended to across starts.
+func (s *Store) ConsoleSize(name string) int64 {
+	fi, err := os.Stat(s.Path(name, ConsoleLog))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// TailSince is Tail of what was written at or after offset since (all of
+// the log if it was rotated since: it is then shorter than since).
+func (s *Store) TailSince(name string, since, n int64) []byte {
 	f, err := os.Open(s.Path(name, ConsoleLog))
 	if err != nil {
 		return nil
@@ -78,7 +95,10 @@ func (s *Store) Tail(name string, n int64) []byte {
 	if err != nil {
 		return nil
 	}
-	off := max(fi.Size()-n, 0)
+	if since > fi.Size() {
+		since = 0
+	}
+	off := max(fi.Size()-n, since, 0)
 	b := make([]byte, fi.Size()-off)
 	k, _ := f.ReadAt(b, off)
 	return b[:k]

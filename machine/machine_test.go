@@ -139,6 +139,38 @@ func TestRotatingLogIsBounded(t *testing.T) {
 	}
 }
 
+// TestTailSinceShowsOnlyThisBoot: a start reads back only what its own
+// guest wrote after an earlier boot's output, bounded, and all of a log
+// that was rotated (shorter than the offset) in between.
+func TestTailSinceShowsOnlyThisBoot(t *testing.T) {
+	s, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.TailSince("m", 0, 100); got != nil || s.ConsoleSize("m") != 0 {
+		t.Fatalf("no log: %q, size %d", got, s.ConsoleSize("m"))
+	}
+	os.MkdirAll(filepath.Dir(s.Path("m", ConsoleLog)), 0o700)
+	os.WriteFile(s.Path("m", ConsoleLog), []byte("earlier boot\n"), 0o600)
+	before := s.ConsoleSize("m")
+	if got := s.TailSince("m", before, 100); len(got) != 0 {
+		t.Fatalf("nothing new yet, got %q", got)
+	}
+	f, _ := os.OpenFile(s.Path("m", ConsoleLog), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("Kernel panic - not syncing\n")
+	f.Close()
+	if got := string(s.TailSince("m", before, 100)); got != "Kernel panic - not syncing\n" {
+		t.Errorf("this boot's output: %q", got)
+	}
+	if got := string(s.TailSince("m", before, 6)); got != "ncing\n" {
+		t.Errorf("bounded to 6 bytes: %q", got)
+	}
+	os.WriteFile(s.Path("m", ConsoleLog), []byte("rotated\n"), 0o600)
+	if got := string(s.TailSince("m", before, 100)); got != "rotated\n" {
+		t.Errorf("after a rotation: %q", got)
+	}
+}
+
 // fakeVMM is a Backend whose "agent" echoes what it is sent.
 type fakeVMM struct {
 	state        State
