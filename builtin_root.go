@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol/imagefs"
 	"github.com/smolvm/smol/internal/atomicfile"
+	"github.com/smolvm/smol/internal/guestbin"
 	"github.com/u-root/u-root/pkg/cpio"
 )
 
@@ -35,30 +36,54 @@ const BuiltinRoot = "smol:busybox"
 // initramfs's digest and deterministic, that the image store caches like
 // any other local image.
 func builtinRootImage(ctx context.Context, images *imagefs.Store, progress io.Writer) (*imagefs.Image, error) {
-	initrd, err := DefaultAgentInitrd()
+	path, err := builtinRootTarball(filepath.Join(MachineHome(), "builtin"))
 	if err != nil {
 		return nil, err
-	}
-	data, err := os.ReadFile(initrd)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(data)
-	dir := filepath.Join(MachineHome(), "builtin")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, "busybox-"+hex.EncodeToString(sum[:8])+".tar")
-	if _, err := os.Stat(path); err != nil {
-		layer, err := busyboxLayer(data)
-		if err != nil {
-			return nil, fmt.Errorf("smol's busybox root from %s: %w", initrd, err)
-		}
-		if err := writeBuiltinImage(path, layer); err != nil {
-			return nil, err
-		}
 	}
 	return images.Get(ctx, path, imagefs.Options{Pull: imagefs.PullMissing, Progress: progress})
+}
+
+// builtinRootTarball returns the path in dir of the no-image root's
+// tarball for this smol's agent initramfs, writing it first if it is not
+// there. The initramfs is read only then, or to hash it when its digest
+// is not known: the embedded one's is (guestbin.AgentSum). Every machine
+// created without an image (every pod of the containerd shim) comes
+// here, and hashing 5 MiB where the CPU has no SHA instructions (the test
+// box's emulated one) is not free.
+func builtinRootTarball(dir string) (string, error) {
+	initrd, err := DefaultAgentInitrd()
+	if err != nil {
+		return "", err
+	}
+	var data []byte
+	sum := guestbin.AgentSum()
+	if embedded, err := guestbin.Agent(); err != nil || embedded != initrd {
+		if data, err = os.ReadFile(initrd); err != nil {
+			return "", err
+		}
+		s := sha256.Sum256(data)
+		sum = hex.EncodeToString(s[:])
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "busybox-"+sum[:16]+".tar")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if data == nil {
+		if data, err = os.ReadFile(initrd); err != nil {
+			return "", err
+		}
+	}
+	layer, err := busyboxLayer(data)
+	if err != nil {
+		return "", fmt.Errorf("smol's busybox root from %s: %w", initrd, err)
+	}
+	if err := writeBuiltinImage(path, layer); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // busyboxLayer is the root's one layer: busybox and its applet links from

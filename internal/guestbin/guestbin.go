@@ -42,6 +42,11 @@ func Kernel() (string, error) { return kernel.path() }
 // Agent is the path of the embedded agent initramfs.
 func Agent() (string, error) { return agent.path() }
 
+// AgentSum is the SHA-256 (hex) of the embedded agent initramfs, "" in a
+// build without it: the digest of what Agent's file holds, known without
+// reading the file.
+func AgentSum() string { return agent.sum }
+
 // Embedded tells whether this build carries its guest files.
 func Embedded() bool { return kernel.compressed != nil }
 
