@@ -290,28 +290,71 @@ func (m *NamedMachine) Start(ctx context.Context) error {
 	return m.startVMM(ctx, m.startSource())
 }
 
+// Launch is Start without the wait: it returns once the machine's VMM
+// process runs, and the Boot says when the guest's agent answers, or why
+// it never will. The boot goes on, under ctx, after Launch returns: a
+// caller with other work to do while the guest boots (the containerd
+// shim, preparing a pod's containers) does it in the meantime.
+func (m *NamedMachine) Launch(ctx context.Context) (*Boot, error) {
+	return m.launchVMM(ctx, m.startSource())
+}
+
+// Boot is a machine starting in its VMM process (Launch).
+type Boot struct {
+	pid  int
+	done chan struct{}
+	err  error
+}
+
+// PID is the machine's VMM process.
+func (b *Boot) PID() int { return b.pid }
+
+// Done is closed when the machine runs or has failed to.
+func (b *Boot) Done() <-chan struct{} { return b.done }
+
+// Err is, once Done is closed, nil if the machine runs, else why it does
+// not (its VMM process is gone then).
+func (b *Boot) Err() error {
+	<-b.done
+	return b.err
+}
+
 // startVMM starts the machine's VMM process, booting it or restoring it
 // from src, and waits until it says the machine runs.
 func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
-	name := m.spec.Name
-	sl, err := m.lockStart()
+	b, err := m.launchVMM(ctx, src)
 	if err != nil {
 		return err
 	}
-	defer sl.Unlock()
+	return b.Err()
+}
+
+// launchVMM starts the machine's VMM process and returns while it boots
+// or restores; the machine's start lock is held until the Boot is done.
+func (m *NamedMachine) launchVMM(ctx context.Context, src VMMSource) (_ *Boot, err error) {
+	name := m.spec.Name
+	sl, err := m.lockStart()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			sl.Unlock()
+		}
+	}()
 	if m.store.Alive(name) {
-		return fmt.Errorf("machine %s is already running", name)
+		return nil, fmt.Errorf("machine %s is already running", name)
 	}
 	bin := VMMExecutable
 	if bin == "" {
 		if bin, err = exec.LookPath("smol"); err != nil {
-			return errors.New("cannot find the smol binary to run the machine's VMM (set smol.VMMExecutable)")
+			return nil, errors.New("cannot find the smol binary to run the machine's VMM (set smol.VMMExecutable)")
 		}
 	}
 	logPath := m.store.Path(name, machine.VMMLog)
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logf.Close()
 	args := []string{"machine", vmmCommand, name}
@@ -329,28 +372,43 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 	// The VMM says on this pipe when the machine runs (VMMSource.Ready).
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer readyR.Close()
 	cmd.Args = append(cmd.Args, "--ready-fd", strconv.Itoa(3+len(cmd.ExtraFiles)))
 	cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	consoleBefore := m.store.ConsoleSize(name)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // not killed with our session or terminal
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+MachineHome())
+	consoleBefore := m.store.ConsoleSize(name)
 	vmm.TracePhase("machine: starting %s's VMM process", name)
 	err = cmd.Start()
 	readyW.Close() // the VMM's copy is the one that counts
 	if err != nil {
-		return fmt.Errorf("start the VMM process: %w", err)
+		readyR.Close()
+		return nil, fmt.Errorf("start the VMM process: %w", err)
 	}
+	b := &Boot{pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		defer sl.Unlock()
+		defer readyR.Close()
+		b.err = m.awaitVMM(ctx, cmd, readyR, logPath, consoleBefore)
+	}()
+	return b, nil
+}
+
+// awaitVMM waits until the VMM process cmd says on ready that the machine
+// runs, and checks that its state says so too; a VMM that dies, takes too
+// long or is cancelled with ctx is gone when this returns an error.
+func (m *NamedMachine) awaitVMM(ctx context.Context, cmd *exec.Cmd, ready io.Reader, logPath string, consoleBefore int64) error {
+	name := m.spec.Name
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	ready := make(chan bool, 1)
+	said := make(chan bool, 1)
 	go func() {
 		var b [1]byte
-		n, _ := readyR.Read(b[:])
-		ready <- n == 1
+		n, _ := ready.Read(b[:])
+		said <- n == 1
 	}()
 	deadline := time.After(agentBootTimeout + 30*time.Second)
 	for {
@@ -365,7 +423,7 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 			cmd.Process.Kill()
 			<-exited
 			return fmt.Errorf("machine %s did not start within %v", name, agentBootTimeout+30*time.Second)
-		case ok := <-ready:
+		case ok := <-said:
 			// Without the byte, the VMM closed the pipe as it died:
 			// its exit (above) tells why.
 			if st, err := m.store.Status(name); ok && err == nil && st.State == machine.Running && st.PID == cmd.Process.Pid {

@@ -79,9 +79,10 @@ func capabilities(c *specs.LinuxCapabilities) *smol.Capabilities {
 		Inheritable: numbers(c.Inheritable), Permitted: numbers(c.Permitted), Ambient: numbers(c.Ambient)}
 }
 
-// start opens the FIFOs and runs the command in m; exited is called with
-// the exit status when it ends.
-func (p *process) start(ctx context.Context, m *smol.NamedMachine, exited func(*process)) error {
+// start opens the FIFOs and runs the command in m once booted says m
+// runs; exited is called with the exit status when it ends (255 if m never
+// ran).
+func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(context.Context) error, exited func(*process)) error {
 	cmd := p.command()
 	var closers []io.Closer
 	open := func(path string, flag int) (io.ReadWriteCloser, error) {
@@ -125,7 +126,12 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, exited func(*
 	p.status = tasktypes.StatusRunning
 	p.mu.Unlock()
 	go func() {
-		code, err := m.Exec(context.WithoutCancel(ctx), cmd)
+		ctx := context.WithoutCancel(ctx)
+		var code int
+		err := booted(ctx)
+		if err == nil {
+			code, err = m.Exec(ctx, cmd)
+		}
 		var ce *smol.CommandError
 		switch {
 		case errors.As(err, &ce):

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/pkg/cri/annotations"
 	"github.com/containerd/containerd/runtime"
 	cshim "github.com/containerd/containerd/runtime/v2/shim"
 	taskapi "github.com/containerd/containerd/runtime/v2/task"
@@ -40,6 +42,7 @@ type service struct {
 	mu         sync.Mutex
 	group      string // the machine's group directory
 	machine    *smol.NamedMachine
+	boot       *smol.Boot // the machine's start, which goes on after Create
 	containers map[string]*container
 }
 
@@ -48,6 +51,7 @@ type container struct {
 	id, bundle string
 	rootfs     string // host mount point, under the group's shared directory
 	mounted    bool
+	sandbox    bool // a CRI pod's sandbox ("pause") container
 	init       *process
 	execs      map[string]*process
 }
@@ -99,7 +103,8 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 			return nil, err
 		}
 	}
-	c := &container{id: r.ID, bundle: r.Bundle, rootfs: filepath.Join(s.group, "roots", r.ID), execs: map[string]*process{}}
+	c := &container{id: r.ID, bundle: r.Bundle, rootfs: filepath.Join(s.group, "roots", r.ID), execs: map[string]*process{},
+		sandbox: spec.Annotations[annotations.ContainerType] == annotations.ContainerTypeSandbox}
 	if err := os.MkdirAll(c.rootfs, 0o755); err != nil {
 		return nil, err
 	}
@@ -131,8 +136,10 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 	return &taskapi.CreateTaskResponse{Pid: pid}, nil
 }
 
-// startMachine creates and boots the group's machine, sharing the group's
-// directory of container roots with it.
+// startMachine creates the group's machine, sharing the group's directory
+// of container roots with it, and starts its boot, which Create does not
+// wait for: containerd prepares the pod's containers meanwhile, and a
+// process's Start waits for it (boot).
 func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec) error {
 	base := stateRoot()
 	group := s.id
@@ -162,16 +169,59 @@ func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec)
 	if err != nil {
 		return fmt.Errorf("machine for %s: %w", group, err)
 	}
-	if err := m.Start(ctx); err != nil {
+	// The boot outlives this request, whose context ends with it.
+	b, err := m.Launch(context.WithoutCancel(ctx))
+	if err != nil {
 		m.Remove(context.Background(), true)
 		return fmt.Errorf("machine for %s: %w", group, err)
 	}
-	s.machine = m
+	s.machine, s.boot = m, b
+	go func() {
+		if err := b.Err(); err != nil {
+			logf("machine for %s did not start: %v", group, err)
+		}
+	}()
 	return nil
 }
 
-// sandboxAnnotation groups a pod's containers into one shim and machine.
-const sandboxAnnotation = "io.kubernetes.cri.sandbox-id"
+// booted waits for the group's machine to run (startMachine) and says
+// why it does not, if it failed.
+func (s *service) booted(ctx context.Context) error {
+	s.mu.Lock()
+	b := s.boot
+	s.mu.Unlock()
+	if b == nil {
+		return errors.New("the container's machine is gone")
+	}
+	select {
+	case <-b.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := b.Err(); err != nil {
+		return fmt.Errorf("the container's machine did not start: %w", err)
+	}
+	return nil
+}
+
+// removeMachine stops and removes the group's machine, once its start
+// has ended (a remove cannot overtake a start); mu held.
+func (s *service) removeMachine() {
+	if s.machine == nil {
+		return
+	}
+	if s.boot != nil {
+		<-s.boot.Done()
+	}
+	s.machine.Remove(context.Background(), true)
+	s.machine, s.boot = nil, nil
+}
+
+// A pod's containers carry its sandbox's id (annotations.SandboxID), which
+// groups them into one shim and machine; the sandbox container itself,
+// a placeholder whose start does not wait for the machine (Start), is
+// marked annotations.ContainerType "sandbox".
+const sandboxAnnotation = annotations.SandboxID
 
 // stateRoot is where shims keep machines and container roots.
 func stateRoot() string {
@@ -196,14 +246,10 @@ func readSpec(bundle string) (*specs.Spec, error) {
 // pid is what containerd is told the processes' pid is: the machine's
 // VMM process (the guest's own pids mean nothing on the host).
 func (s *service) pid() uint32 {
-	if s.machine == nil {
+	if s.boot == nil {
 		return 0
 	}
-	st, err := s.machine.Status(context.Background())
-	if err != nil {
-		return 0
-	}
-	return uint32(st.PID)
+	return uint32(s.boot.PID())
 }
 
 // find returns the process of a request.
@@ -229,10 +275,14 @@ func (s *service) process(id, execID string) (*container, *process, error) {
 	return s.find(id, execID)
 }
 
-// Start runs the container's init process or one of its execs.
+// Start runs the container's init process or one of its execs, once the
+// machine runs: it waits for the machine's boot and fails with it, except
+// for a pod's sandbox container, a placeholder that is running while the
+// machine boots (and ends, with status 255, if the boot fails). That lets
+// containerd prepare the pod's first container while the VM boots.
 func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.StartResponse, error) {
 	s.mu.Lock()
-	_, p, err := s.find(r.ID, r.ExecID)
+	c, p, err := s.find(r.ID, r.ExecID)
 	m := s.machine
 	s.mu.Unlock()
 	if err != nil {
@@ -241,7 +291,12 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	if st, _, _ := p.state(); st != tasktypes.StatusCreated {
 		return nil, fmt.Errorf("process %s%s: %w: already started", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
 	}
-	if err := p.start(ctx, m, s.exited); err != nil {
+	if !c.sandbox || r.ExecID != "" {
+		if err := s.booted(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.start(ctx, m, s.booted, s.exited); err != nil {
 		return nil, err
 	}
 	pid := s.pid()
@@ -285,9 +340,8 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		e.kill(syscall.SIGKILL)
 	}
 	delete(s.containers, r.ID)
-	if len(s.containers) == 0 && s.machine != nil {
-		s.machine.Remove(context.Background(), true)
-		s.machine = nil
+	if len(s.containers) == 0 {
+		s.removeMachine()
 	}
 	c.unmount()
 	s.publish(runtime.TaskDeleteEventTopic, &eventstypes.TaskDelete{ContainerID: r.ID, Pid: pid, ExitStatus: code, ExitedAt: at})
@@ -455,10 +509,7 @@ func (s *service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*pt
 	if len(s.containers) > 0 && !r.Now {
 		return &ptypes.Empty{}, nil
 	}
-	if s.machine != nil {
-		s.machine.Remove(context.Background(), true)
-		s.machine = nil
-	}
+	s.removeMachine()
 	s.shutdown()
 	return &ptypes.Empty{}, nil
 }
