@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,15 +37,16 @@ func main() {
 	shim := flag.String("shim", "bin/containerd-shim-smol-v2", "smol's shim")
 	runtimes := flag.String("runtimes", "runc,smol", "runtime handlers to run the suite with, in order")
 	focus := flag.String("focus", "", "run only the specs matching this regular expression (ginkgo.focus)")
+	seed := flag.Int64("seed", 0, "the suite's spec order (ginkgo.seed; 0: a random one, printed): two runs with one seed run their specs in the same order, so a run cut short compares with the same specs of another")
 	cniBin := flag.String("cni", "/usr/lib/cni", "the CNI plugins (Debian's containernetworking-plugins)")
 	flag.Parse()
-	if err := run(*critest, *shim, *cniBin, *focus, strings.Split(*runtimes, ",")); err != nil {
+	if err := run(*critest, *shim, *cniBin, *focus, *seed, strings.Split(*runtimes, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "critest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(critest, shim, cniBin, focus string, runtimes []string) error {
+func run(critest, shim, cniBin, focus string, seed int64, runtimes []string) error {
 	for _, p := range []*string{&critest, &shim} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
@@ -100,7 +102,7 @@ func run(critest, shim, cniBin, focus string, runtimes []string) error {
 	for _, rt := range runtimes {
 		fmt.Printf("== critest with the runtime handler %s\n", rt)
 		began := time.Now()
-		r, err := suite(critest, d.Sock, rt, host, images, focus, filepath.Join(work, "report-"+rt))
+		r, err := suite(critest, d.Sock, rt, host, images, focus, seed, filepath.Join(work, "report-"+rt))
 		if err != nil {
 			return fmt.Errorf("%s: %w", rt, err)
 		}
@@ -133,7 +135,7 @@ var (
 	failLine   = regexp.MustCompile(`^\s*\[FAIL\] (.*)$`)
 )
 
-func suite(critest, sock, runtime, registryHost, images, focus, reportDir string) (result, error) {
+func suite(critest, sock, runtime, registryHost, images, focus string, seed int64, reportDir string) (result, error) {
 	args := []string{
 		"-runtime-endpoint", "unix://" + sock, "-image-endpoint", "unix://" + sock,
 		"-runtime-handler", runtime, "-registry-prefix", registryHost,
@@ -142,6 +144,9 @@ func suite(critest, sock, runtime, registryHost, images, focus, reportDir string
 	}
 	if focus != "" {
 		args = append(args, "-ginkgo.focus", focus)
+	}
+	if seed != 0 {
+		args = append(args, "-ginkgo.seed", strconv.FormatInt(seed, 10))
 	}
 	cmd := exec.Command(critest, args...)
 	out, err := cmd.StdoutPipe()
