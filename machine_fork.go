@@ -86,7 +86,7 @@ func (b *machineBackend) identify() error {
 	if err != nil {
 		return err
 	}
-	start := agent.Start{Idle: true, Hostname: b.spec.Name, Identity: id}
+	start := agent.Start{Idle: true, Hostname: b.spec.GuestHostname(), Identity: id}
 	err = sendIdentity(b.DialAgent, b.m.Done(), start, identityTimeouts{
 		total: identityTimeout, answer: identityAnswerTimeout, redial: identityRedial,
 	})
@@ -292,6 +292,7 @@ func startChildren(children []*NamedMachine, src VMMSource) error {
 func (b *machineBackend) createChild(name string) (*NamedMachine, error) {
 	spec := *b.spec
 	spec.Name, spec.Created, spec.Generation, spec.Parent = name, time.Now().UTC(), b.spec.Generation+1, b.spec.Name
+	spec.Hostname = "" // a new identity: the child's own name
 	spec.Disks = append([]machine.Disk(nil), b.spec.Disks...)
 	for i := range spec.Disks {
 		if !spec.Disks[i].ReadOnly {

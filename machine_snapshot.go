@@ -202,6 +202,7 @@ func Restore(ctx context.Context, path, name string) (_ *NamedMachine, err error
 		}
 	}
 	spec.Name, spec.Created, spec.Generation, spec.Parent = name, time.Now().UTC(), spec.Generation+1, ""
+	spec.Hostname = ""                              // a new identity: the restored machine's own name
 	spec.Kernel, spec.Agent, spec.Pack = "", "", "" // a later cold boot uses this smol's
 	spec.Image.Disk = st.Path(name, rootDiskFile)
 	for i := range spec.Disks {

@@ -203,7 +203,7 @@ func (b *machineBackend) boot(cfg Config, boot net.Listener) (err error) {
 		b.m.Stop()
 		return err
 	}
-	start := agent.Start{Idle: true, Hostname: b.spec.Name, Identity: &agent.Identity{Generation: b.spec.Generation}}
+	start := agent.Start{Idle: true, Hostname: b.spec.GuestHostname(), Identity: &agent.Identity{Generation: b.spec.Generation}}
 	_, err = agent.Run(conn, start, agent.Streams{})
 	conn.Close()
 	if err != nil {

@@ -49,6 +49,9 @@ type MachineConfig struct {
 	Workdir string
 	User    string
 
+	// Hostname is the guest's host name; "" means the machine's name.
+	Hostname string
+
 	// From makes the machine the pack at this path holds (a .smolmachine
 	// file or its stub; smol pack create) instead of from Image: its
 	// kernel, agent, root, writable layer and live state, with its shape
@@ -128,7 +131,12 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 // newSpec is the record of the machine c describes, but its image.
 func newSpec(c MachineConfig) (*machine.Spec, error) {
 	spec := &machine.Spec{Name: c.Name, Created: time.Now().UTC(), CPUs: c.CPUs, Memory: c.Memory, Storage: c.Storage,
-		Env: c.Env, Workdir: c.Workdir, User: c.User}
+		Env: c.Env, Workdir: c.Workdir, User: c.User, Hostname: c.Hostname}
+	if spec.Hostname != "" {
+		if err := machine.ValidateHostname(spec.Hostname); err != nil {
+			return nil, err
+		}
+	}
 	if spec.CPUs == 0 {
 		spec.CPUs = DefaultCPUs
 	}

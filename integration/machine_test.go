@@ -439,7 +439,11 @@ func TestMachineGoAPI(t *testing.T) {
 	t.Setenv("SMOL_HOME", home)
 	smol.VMMExecutable = artifact(t, "bin/smol", "build")
 	ctx := context.Background()
-	m, err := smol.CreateMachine(ctx, smol.MachineConfig{Name: "api", Image: machineImage(t), CPUs: 1, Memory: 256 << 20, Storage: 1 << 30})
+	if _, err := smol.CreateMachine(ctx, smol.MachineConfig{Name: "api", Image: machineImage(t), Hostname: "no_such-host"}); err == nil {
+		t.Fatal("a machine named no_such-host in its guest was created")
+	}
+	m, err := smol.CreateMachine(ctx, smol.MachineConfig{Name: "api", Image: machineImage(t), CPUs: 1, Memory: 256 << 20, Storage: 1 << 30,
+		Hostname: "api-host.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,8 +452,8 @@ func TestMachineGoAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	code, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "echo api > /root/g; cat /root/g; exit 3"}, Stdout: &out})
-	if err != nil || code != 3 || out.String() != "api\n" {
+	code, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "echo api > /root/g; cat /root/g; hostname; exit 3"}, Stdout: &out})
+	if err != nil || code != 3 || out.String() != "api\napi-host.example\n" {
 		t.Errorf("Exec: %d %v %q", code, err, out.String())
 	}
 	// Pause and resume 100 times while a command streams: nothing lost.

@@ -353,3 +353,30 @@ func TestAliveProbeNeverBlocksTheVMM(t *testing.T) {
 		t.Error("alive after the last unlock")
 	}
 }
+
+// TestValidateHostname: what a guest may be named (RFC 1123, the kernel's
+// 64 bytes), and a spec with anything else is refused.
+func TestValidateHostname(t *testing.T) {
+	for _, ok := range []string{"a", "pod-1", "web.example.org", "A9", strings.Repeat("a", 63), strings.Repeat("a.", 31) + "bc"} {
+		if err := ValidateHostname(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-a", "a-", "a..b", ".a", "a.", "a_b", "a b", "a\nb", "é", "a/b", strings.Repeat("a", 65), "\x1b[2J"} {
+		if ValidateHostname(bad) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	s := &Spec{Version: SpecVersion, Name: "m", CPUs: 1, Memory: 256 << 20, Storage: 1 << 30}
+	if err := s.check(); err != nil || s.GuestHostname() != "m" {
+		t.Fatalf("no host name: %v, guest named %q", err, s.GuestHostname())
+	}
+	s.Hostname = "pod-1"
+	if err := s.check(); err != nil || s.GuestHostname() != "pod-1" {
+		t.Fatalf("host name pod-1: %v, guest named %q", err, s.GuestHostname())
+	}
+	s.Hostname = "bad_name"
+	if s.check() == nil {
+		t.Error("a spec with host name bad_name passes its check")
+	}
+}

@@ -35,6 +35,10 @@ type Spec struct {
 	Workdir string   `json:"workdir,omitempty"`
 	User    string   `json:"user,omitempty"`
 
+	// Hostname is the guest's host name; empty means the machine's name.
+	// A fork's children take their own names.
+	Hostname string `json:"hostname,omitempty"`
+
 	Net *Net `json:"net,omitempty"` // nil: no network
 	GPU *GPU `json:"gpu,omitempty"` // nil: no display
 
@@ -51,6 +55,14 @@ type Spec struct {
 	Kernel string `json:"kernel,omitempty"`
 	Agent  string `json:"agent,omitempty"`
 	Pack   string `json:"pack,omitempty"`
+}
+
+// GuestHostname is the host name the guest gets: Hostname, else Name.
+func (s *Spec) GuestHostname() string {
+	if s.Hostname != "" {
+		return s.Hostname
+	}
+	return s.Name
 }
 
 // GPU is a machine's display (smol machine create --gpu).
@@ -138,6 +150,11 @@ func (s *Spec) check() error {
 		return fmt.Errorf("memory %d out of range", s.Memory)
 	case s.Storage < 64<<20 || s.Storage > maxStorage:
 		return fmt.Errorf("storage %d out of range (64 MiB to 16 TiB)", s.Storage)
+	}
+	if s.Hostname != "" {
+		if err := ValidateHostname(s.Hostname); err != nil {
+			return err
+		}
 	}
 	if s.Image != nil && (s.Image.Disk == "" || s.Image.Digest == "") {
 		return errors.New("image without its disk or digest")

@@ -158,6 +158,7 @@ func machineCreate(args []string) error {
 	env := fs.StringArrayP("env", "e", nil, "KEY=VALUE for every exec (KEY alone: the host's value); repeatable")
 	workdir := fs.StringP("workdir", "w", "", "every exec's working directory (default: the image's WORKDIR)")
 	user := fs.StringP("user", "u", "", "run execs as USER[:GROUP] (default: the image's USER)")
+	hostname := fs.String("hostname", "", "the guest's host name (default: the machine's name)")
 	network := addNetFlags(fs)
 	display := addGPUFlags(fs)
 	names, err := parse(fs, args, 1)
@@ -169,7 +170,7 @@ func machineCreate(args []string) error {
 		return usageError{"--pull: " + err.Error()}
 	}
 	c := smol.MachineConfig{Name: names[0], Image: *image, From: *from, Pull: policy, Insecure: *insecure, Progress: progressWriter(),
-		CPUs: *cpus, Workdir: *workdir, User: *user}
+		CPUs: *cpus, Workdir: *workdir, User: *user, Hostname: *hostname}
 	if c.From != "" && c.Image != "" {
 		return usageError{"--from and --image exclude each other"}
 	}
