@@ -197,12 +197,12 @@ func TestShimCRI(t *testing.T) {
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
 		!strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t0000000000002000\n") ||
 		!strings.HasSuffix(string(res.Stdout), "read-only\n") {
-		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v", res, err)
+		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v\ncontainerd log:\n%s", res, err, c.Log())
 	}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: probe, Timeout: 30}); err != nil ||
 		strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t00000000") ||
 		!strings.HasSuffix(string(res.Stdout), "writable\n") {
-		t.Errorf("a plain container: %+v, %v", res, err)
+		t.Errorf("a plain container: %+v, %v\ncontainerd log:\n%s", res, err, c.Log())
 	}
 	quitter := start("quitter", "sh", "-c", "exit 7")
 	for i := 0; ; i++ {
