@@ -132,7 +132,7 @@ func CreateMachine(ctx context.Context, c MachineConfig) (*NamedMachine, error) 
 func newSpec(c MachineConfig) (*machine.Spec, error) {
 	spec := &machine.Spec{Name: c.Name, Created: time.Now().UTC(), CPUs: c.CPUs, Memory: c.Memory, Storage: c.Storage,
 		Env: c.Env, Workdir: c.Workdir, User: c.User, Hostname: c.Hostname}
-	if spec.Hostname != "" {
+	if spec.Hostname != "" { // the record's check would refuse it too, but only after the image's pull
 		if err := machine.ValidateHostname(spec.Hostname); err != nil {
 			return nil, err
 		}
