@@ -31,6 +31,9 @@ type Command struct {
 	Root string
 	// ReadOnlyRoot makes Root read-only for the command.
 	ReadOnlyRoot bool
+	// WritablePaths, with ReadOnlyRoot, are the paths under Root (as the
+	// command sees them) that stay writable: the container's volumes.
+	WritablePaths []string
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
@@ -176,7 +179,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

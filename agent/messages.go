@@ -22,6 +22,10 @@ type Start struct {
 	// container's root.readonly); the kernel filesystems in it stay as
 	// they are.
 	ReadOnlyRoot bool `json:"readonly_root,omitempty"`
+	// WritablePaths, with ReadOnlyRoot, are absolute paths in Root (as
+	// the command sees them: its volumes, which the host mounted there)
+	// that stay writable. The first command in a root decides both.
+	WritablePaths []string `json:"writable_paths,omitempty"`
 	// Groups, if set, are the command's supplementary groups exactly (an
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
@@ -204,12 +208,21 @@ func (s *Start) Validate() error {
 		return errors.New("the command's root must be an absolute path")
 	case s.ReadOnlyRoot && s.Root == "":
 		return errors.New("a read-only root needs a root")
+	case len(s.WritablePaths) > 0 && !s.ReadOnlyRoot:
+		return errors.New("writable paths are for a read-only root")
+	case len(s.WritablePaths) > MaxArgs:
+		return errors.New("too many writable paths")
 	case len(s.Groups) > MaxGroups:
 		return fmt.Errorf("more than %d supplementary groups", MaxGroups)
 	}
 	if s.Capabilities != nil {
 		if err := s.Capabilities.validate(); err != nil {
 			return err
+		}
+	}
+	for _, w := range s.WritablePaths {
+		if w == "" || w[0] != '/' {
+			return fmt.Errorf("writable path %q is not absolute", w)
 		}
 	}
 	for _, kv := range s.Env {

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/smolvm/smol/internal/containerdtest"
+	"github.com/smolvm/smol/internal/imagetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -128,7 +129,14 @@ const pauseImage = containerdtest.PauseImage
 func TestShimCRI(t *testing.T) {
 	c := startContainerd(t, true)
 	dir := t.TempDir()
-	app := writeTarball(t, filepath.Join(dir, "app.tar"), image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t)))
+	// The app image is hostile: its /etc/resolv.conf and /etc/hosts,
+	// where the pod's files are mounted, point at a file of the host.
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("the host's own\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostile := layer(t, imagetest.Symlink("etc/resolv.conf", victim), imagetest.Symlink("etc/hosts", "../../../../.."+victim))
+	app := writeTarball(t, filepath.Join(dir, "app.tar"), image(t, v1.Config{Env: []string{"PATH=/bin"}}, busyboxLayer(t), hostile))
 	c.mustCtr("images", "import", "--snapshotter", "native", app)
 	pauseTar := filepath.Join(dir, "pause.tar")
 	writeNamedTarball(t, pauseTar, pauseImage, image(t, v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/sleep", "100000"}}, busyboxLayer(t)))
@@ -145,6 +153,8 @@ func TestShimCRI(t *testing.T) {
 	defer cancel()
 	podCfg := &cri.PodSandboxConfig{
 		Metadata:     &cri.PodSandboxMetadata{Name: "pod", Uid: "uid-1", Namespace: "default"},
+		Hostname:     "pod-host",
+		DnsConfig:    &cri.DNSConfig{Servers: []string{"10.0.0.53"}, Searches: []string{"example.test"}},
 		LogDirectory: filepath.Join(dir, "logs"),
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
 			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
@@ -153,11 +163,11 @@ func TestShimCRI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.Log())
 	}
-	startWith := func(sc *cri.LinuxContainerSecurityContext, name string, cmd ...string) string {
+	startWith := func(sc *cri.LinuxContainerSecurityContext, mounts []*cri.Mount, name string, cmd ...string) string {
 		t.Helper()
 		cr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: podCfg,
 			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: appRef},
-				Command: cmd, LogPath: name + ".log", Linux: &cri.LinuxContainerConfig{SecurityContext: sc}}})
+				Command: cmd, LogPath: name + ".log", Linux: &cri.LinuxContainerConfig{SecurityContext: sc}, Mounts: mounts}})
 		if err != nil {
 			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
@@ -168,7 +178,7 @@ func TestShimCRI(t *testing.T) {
 	}
 	start := func(name string, cmd ...string) string {
 		t.Helper()
-		return startWith(nil, name, cmd...)
+		return startWith(nil, nil, name, cmd...)
 	}
 	server := start("server", "sh", "-c", "while :; do echo pong | busybox nc -l -p 9000; done")
 	client := start("client", "sleep", "100000")
@@ -190,9 +200,21 @@ func TestShimCRI(t *testing.T) {
 	}
 	// The security context's read-only root, supplementary groups and
 	// capabilities hold in the guest; the other containers' roots stay
-	// writable, with containerd's default capabilities (not all).
+	// writable, with containerd's default capabilities (not all). The
+	// read-only container's volumes: one writable, one read-only.
+	volume, roVolume := filepath.Join(dir, "volume"), filepath.Join(dir, "ro-volume")
+	for _, d := range []string{volume, roVolume} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(roVolume, "seed"), []byte("seeded\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234},
-		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}}}, "locked", "sleep", "100000")
+		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}}},
+		[]*cri.Mount{{ContainerPath: "/data", HostPath: volume}, {ContainerPath: "/ro", HostPath: roVolume, Readonly: true}},
+		"locked", "sleep", "100000")
 	probe := []string{"sh", "-c", "id -G; grep CapBnd /proc/self/status; touch /written 2>/dev/null && echo writable || echo read-only"}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
 		!strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t0000000000002000\n") ||
@@ -203,6 +225,34 @@ func TestShimCRI(t *testing.T) {
 		strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t00000000") ||
 		!strings.HasSuffix(string(res.Stdout), "writable\n") {
 		t.Errorf("a plain container: %+v, %v\ncontainerd log:\n%s", res, err, c.Log())
+	}
+	// The pod's DNS configuration and host name reach every container
+	// (CRI's /etc/resolv.conf, /etc/hostname and /etc/hosts mounts, made
+	// inside the container's root although the image's symlinks point
+	// out of it), and the volumes work as asked.
+	volProbe := []string{"sh", "-c", "cat /etc/resolv.conf /etc/hostname; test -s /etc/hosts && echo hosts; " +
+		"echo v > /data/from-guest && echo data-writable; (echo x > /ro/f) 2>/dev/null || echo ro-refused; cat /ro/seed"}
+	res, err = rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: volProbe, Timeout: 30})
+	if err != nil {
+		t.Fatalf("ExecSync: %v", err)
+	}
+	for _, want := range []string{"nameserver 10.0.0.53\n", "search example.test\n", "pod-host\n", "hosts\n", "data-writable\n", "ro-refused\n", "seeded\n"} {
+		if !strings.Contains(string(res.Stdout), want) {
+			t.Errorf("the read-only container with volumes lacks %q: %q %q (exit %d)", want, res.Stdout, res.Stderr, res.ExitCode)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(volume, "from-guest")); err != nil || string(b) != "v\n" {
+		t.Errorf("the guest's write to its volume, on the host: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(roVolume, "f")); !os.IsNotExist(err) {
+		t.Errorf("the read-only volume took a write: %v", err)
+	}
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"cat", "/etc/resolv.conf"}, Timeout: 30}); err != nil ||
+		!strings.Contains(string(res.Stdout), "nameserver 10.0.0.53\n") {
+		t.Errorf("a plain container's /etc/resolv.conf: %+v, %v", res, err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "the host's own\n" {
+		t.Errorf("the host file the image's symlinks named: %q, %v", b, err)
 	}
 	quitter := start("quitter", "sh", "-c", "exit 7")
 	for i := 0; ; i++ {

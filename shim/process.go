@@ -23,8 +23,7 @@ import (
 type process struct {
 	containerID, execID string
 	spec                *specs.Process
-	root                string // the container's root in the guest
-	readOnlyRoot        bool   // the container's root.readonly
+	root                guestRoot
 	stdin, stdout       string // FIFO paths ("" for none)
 	stderr              string
 	terminal            bool
@@ -40,8 +39,15 @@ type process struct {
 	done       chan struct{}
 }
 
-func newProcess(containerID, execID, root string, readOnlyRoot bool, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
-	return &process{containerID: containerID, execID: execID, spec: spec, root: root, readOnlyRoot: readOnlyRoot,
+// guestRoot is a container's root as the guest runs its processes in it.
+type guestRoot struct {
+	path     string   // in the guest
+	readOnly bool     // the spec's root.readonly
+	writable []string // its mount points that stay writable when it is read-only
+}
+
+func newProcess(containerID, execID string, root guestRoot, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
+	return &process{containerID: containerID, execID: execID, spec: spec, root: root,
 		stdin: stdin, stdout: stdout, stderr: stderr, terminal: terminal,
 		signals: make(chan syscall.Signal, 8), resize: make(chan smol.Winsize, 4),
 		status: tasktypes.StatusCreated, done: make(chan struct{})}
@@ -50,10 +56,13 @@ func newProcess(containerID, execID, root string, readOnlyRoot bool, spec *specs
 // command is what the agent runs for p.
 func (p *process) command() smol.Command {
 	s := p.spec
-	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root, ReadOnlyRoot: p.readOnlyRoot, TTY: p.terminal || s.Terminal,
+	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root.path, ReadOnlyRoot: p.root.readOnly, TTY: p.terminal || s.Terminal,
 		User:   strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
 		Groups: s.User.AdditionalGids, Capabilities: capabilities(s.Capabilities),
 		Signals: p.signals, Resize: p.resize}
+	if p.root.readOnly {
+		c.WritablePaths = p.root.writable
+	}
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}

@@ -43,6 +43,7 @@ type service struct {
 	group      string // the machine's group directory
 	machine    *smol.NamedMachine
 	boot       *smol.Boot // the machine's start, which goes on after Create
+	memory     uint64     // the machine's memory: the most a container's tmpfs may hold
 	containers map[string]*container
 }
 
@@ -128,7 +129,12 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: mount its root: %w", r.ID, err)
 	}
 	c.mounted = true
-	c.init = newProcess(r.ID, "", filepath.Join(guestRoots, r.ID), spec.Root != nil && spec.Root.Readonly, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	writable, err := mountSpec(c.rootfs, spec.Mounts, s.memory)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", r.ID, err)
+	}
+	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: writable}
+	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
@@ -177,7 +183,7 @@ func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec)
 		m.Remove(context.Background(), true)
 		return fmt.Errorf("machine for %s: %w", group, err)
 	}
-	s.machine, s.boot = m, b
+	s.machine, s.boot, s.memory = m, b, cfg.Memory
 	go func() {
 		if err := b.Err(); err != nil {
 			logf("machine for %s did not start: %v", group, err)
@@ -377,7 +383,7 @@ func (s *service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*pty
 	if r.Spec == nil || json.Unmarshal(r.Spec.Value, &spec) != nil || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("exec %s: %w: no process", r.ExecID, errdefs.ErrInvalidArgument)
 	}
-	c.execs[r.ExecID] = newProcess(r.ID, r.ExecID, c.init.root, c.init.readOnlyRoot, &spec, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
+	c.execs[r.ExecID] = newProcess(r.ID, r.ExecID, c.init.root, &spec, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
 	return &ptypes.Empty{}, nil
 }

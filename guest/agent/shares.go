@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -54,8 +55,12 @@ var preparedRoots = struct {
 // shared from the host): what programs expect of a root. A read-only root
 // is root bound onto itself read-only first (the container's own view:
 // the share stays writable for the others), with the kernel filesystems
-// mounted on that.
-func prepareRoot(root string, readOnly bool) error {
+// mounted on that; its writable paths (the container's volumes, which the
+// host mounted inside the root, so they are one filesystem with it here)
+// are each bound onto themselves before, mounts of their own that the
+// recursive bind carries and the read-only remount, which is not
+// recursive, leaves writable.
+func prepareRoot(root string, readOnly bool, writable []string) error {
 	preparedRoots.Lock()
 	defer preparedRoots.Unlock()
 	if preparedRoots.done[root] {
@@ -78,7 +83,12 @@ func prepareRoot(root string, readOnly bool) error {
 		}
 	}
 	if readOnly {
-		if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		for _, w := range writable {
+			if err := bindInRoot(root, w); err != nil {
+				return fmt.Errorf("root %s: keep %s writable: %w", root, w, err)
+			}
+		}
+		if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("root %s: bind it: %w", root, err)
 		}
 		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
@@ -93,4 +103,23 @@ func prepareRoot(root string, readOnly bool) error {
 	}
 	preparedRoots.done[root] = true
 	return nil
+}
+
+// bindInRoot binds the path p inside root onto itself, p resolved as in
+// a chroot there (a symlink in the container's root never points the
+// mount elsewhere in the guest).
+func bindInRoot(root, p string) error {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, strings.TrimPrefix(p, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	self := "/proc/self/fd/" + strconv.Itoa(fd)
+	return unix.Mount(self, self, "", unix.MS_BIND, "")
 }

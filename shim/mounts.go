@@ -1,0 +1,287 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// A container's OCI mounts (its spec's "mounts": under CRI the pod's
+// /etc/hosts, /etc/resolv.conf and /etc/hostname, and the pod's volumes)
+// are made on the host, inside the container's root there, before the
+// machine's share serves it: the guest then sees them as part of the
+// root (9P crosses the host's mount points), with no guest-side
+// mechanism and no extra share per volume.
+//
+// The mount points are named by the image, which is hostile: an image's
+// /etc/resolv.conf may be a symlink to /etc/shadow, meant for the host.
+// So each target is resolved inside the root only (openat2
+// RESOLVE_IN_ROOT, which resolves a symlink the way the container would
+// see it, never outside), held as a descriptor, and the mount is attached
+// to that descriptor (open_tree/move_mount), with its read-only and other
+// attributes set before it is attached: no path is looked up twice, so
+// nothing the guest changes in the meantime can move a mount or leave one
+// writable.
+//
+// /proc, /sys and /dev, and every mount under them, are the guest's own
+// (the agent mounts its kernel filesystems and /dev, whose /dev/shm the
+// pod's containers share, in every container root), so the spec's
+// entries there are left to it.
+
+// guestProvided says whether the guest makes the mount at dest itself.
+func guestProvided(dest string) bool {
+	for _, p := range []string{"/proc", "/sys", "/dev"} {
+		if dest == p || strings.HasPrefix(dest, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// mountSpec makes the container's spec mounts inside root (the container's
+// root on the host). maxTmpfs bounds a tmpfs without a size (the host's
+// memory is not the guest's to fill). It returns the mount points that
+// stay writable, as the container sees them, for a read-only root.
+func mountSpec(root string, mounts []specs.Mount, maxTmpfs uint64) (writable []string, err error) {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rootFD)
+	for _, m := range mounts {
+		if !path.IsAbs(m.Destination) {
+			return nil, fmt.Errorf("mount %q: %w: the destination is not absolute", m.Destination, errdefs.ErrInvalidArgument)
+		}
+		dest := path.Clean(m.Destination)
+		if guestProvided(dest) {
+			continue
+		}
+		if dest == "/" {
+			return nil, fmt.Errorf("mount on /: %w: the root is the container's rootfs", errdefs.ErrInvalidArgument)
+		}
+		opts, err := parseMountOptions(m.Options)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", dest, err)
+		}
+		switch {
+		case m.Type == "bind" || opts.bind:
+			err = bindInRoot(rootFD, dest, m.Source, opts)
+		case m.Type == "tmpfs":
+			err = tmpfsInRoot(rootFD, dest, opts, maxTmpfs)
+		default:
+			err = fmt.Errorf("%w: a mount of type %q (bind mounts and tmpfs are made; /proc, /sys and /dev are the guest's)", errdefs.ErrNotImplemented, m.Type)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", dest, err)
+		}
+		if opts.attr&unix.MOUNT_ATTR_RDONLY == 0 {
+			writable = append(writable, dest)
+		}
+	}
+	return writable, nil
+}
+
+// mountOptions are a spec mount's options, sorted by what they do.
+type mountOptions struct {
+	bind, recursive bool
+	attr            uint64   // MOUNT_ATTR_* to set
+	data            []string // a tmpfs's own options (size=, mode=, …)
+}
+
+// parseMountOptions sorts OCI mount options. Propagation options are
+// accepted and have no effect: the mounts are private to the shim and
+// invisible to the guest as mounts.
+func parseMountOptions(options []string) (mountOptions, error) {
+	attrs := map[string]uint64{"ro": unix.MOUNT_ATTR_RDONLY, "nosuid": unix.MOUNT_ATTR_NOSUID,
+		"nodev": unix.MOUNT_ATTR_NODEV, "noexec": unix.MOUNT_ATTR_NOEXEC, "noatime": unix.MOUNT_ATTR_NOATIME,
+		"strictatime": unix.MOUNT_ATTR_STRICTATIME, "nodiratime": unix.MOUNT_ATTR_NODIRATIME}
+	noEffect := map[string]bool{"rw": true, "suid": true, "dev": true, "exec": true, "relatime": true, "defaults": true,
+		"private": true, "rprivate": true, "shared": true, "rshared": true, "slave": true, "rslave": true,
+		"unbindable": true, "runbindable": true}
+	var o mountOptions
+	for _, opt := range options {
+		switch {
+		case opt == "bind":
+			o.bind = true
+		case opt == "rbind":
+			o.bind, o.recursive = true, true
+		case attrs[opt] != 0:
+			o.attr |= attrs[opt]
+		case noEffect[opt]:
+		case strings.ContainsRune(opt, '='), opt == "mpol":
+			o.data = append(o.data, opt)
+		default:
+			return o, fmt.Errorf("%w: mount option %q", errdefs.ErrNotImplemented, opt)
+		}
+	}
+	return o, nil
+}
+
+// bindInRoot binds the host's source onto dest inside the root.
+func bindInRoot(rootFD int, dest, source string, o mountOptions) error {
+	if len(o.data) > 0 {
+		return fmt.Errorf("%w: options %q on a bind mount", errdefs.ErrInvalidArgument, o.data)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(source, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: source, Err: err}
+	}
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+	if o.recursive {
+		flags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, source, flags)
+	if err != nil {
+		return &os.PathError{Op: "open_tree", Path: source, Err: err}
+	}
+	defer unix.Close(tree)
+	if o.attr != 0 {
+		setFlags := uint(0)
+		if o.recursive {
+			setFlags = unix.AT_RECURSIVE
+		}
+		set := &unix.MountAttr{Attr_set: o.attr}
+		if o.attr&unix.MOUNT_ATTR__ATIME != 0 {
+			set.Attr_clr = unix.MOUNT_ATTR__ATIME // the kernel's rule for changing the atime mode
+		}
+		if err := unix.MountSetattr(tree, "", setFlags|unix.AT_EMPTY_PATH, set); err != nil {
+			return fmt.Errorf("set the mount's attributes: %w", err)
+		}
+	}
+	return attachInRoot(rootFD, dest, st.Mode&unix.S_IFMT == unix.S_IFDIR, tree)
+}
+
+// tmpfsInRoot mounts a new tmpfs on dest inside the root, at most max
+// bytes unless its options give a size.
+func tmpfsInRoot(rootFD int, dest string, o mountOptions, max uint64) error {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen tmpfs: %w", err)
+	}
+	defer unix.Close(fs)
+	sized := false
+	for _, d := range o.data {
+		k, v, _ := strings.Cut(d, "=")
+		sized = sized || k == "size"
+		if err := unix.FsconfigSetString(fs, k, v); err != nil {
+			return fmt.Errorf("%w: tmpfs option %q: %v", errdefs.ErrInvalidArgument, d, err)
+		}
+	}
+	if !sized {
+		if err := unix.FsconfigSetString(fs, "size", strconv.FormatUint(max, 10)); err != nil {
+			return fmt.Errorf("tmpfs size: %w", err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("create the tmpfs: %w", err)
+	}
+	tree, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, int(o.attr))
+	if err != nil {
+		return fmt.Errorf("fsmount tmpfs: %w", err)
+	}
+	defer unix.Close(tree)
+	return attachInRoot(rootFD, dest, true, tree)
+}
+
+// attachInRoot attaches the detached mount tree onto dest inside the root,
+// made first (a directory, or an empty file for a mount of a file) if it
+// is missing.
+func attachInRoot(rootFD int, dest string, dir bool, tree int) error {
+	target, err := mountPoint(rootFD, dest, dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return err
+	}
+	if isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR; isDir != dir {
+		return fmt.Errorf("%w: the mount point's type (directory: %v) is not its source's", errdefs.ErrInvalidArgument, isDir)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// inRoot opens name (relative to the root) inside the root: symlinks and
+// ".." resolved as in a chroot there, never leaving it.
+func inRoot(rootFD int, name string, flags uint64) (int, error) {
+	for {
+		fd, err := unix.Openat2(rootFD, name, &unix.OpenHow{Flags: flags | unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+		if err != unix.EINTR && err != unix.EAGAIN {
+			return fd, err
+		}
+	}
+}
+
+// mountPoint opens dest inside the root as an O_PATH descriptor, making
+// each missing directory on the way and, last, dest itself: a directory
+// if dir, else an empty file. A dangling symlink in the way is replaced
+// by what is made (an image's /etc/resolv.conf may point at a file the
+// image lacks); a symlink to something that exists is followed, inside
+// the root.
+func mountPoint(rootFD int, dest string, dir bool) (int, error) {
+	names := strings.Split(strings.TrimPrefix(dest, "/"), "/")
+	parent := "."
+	for i, name := range names {
+		last := i == len(names)-1
+		p := path.Join(parent, name)
+		fd, err := inRoot(rootFD, p, 0)
+		if errors.Is(err, unix.ENOENT) {
+			if err := makeIn(rootFD, parent, name, dir || !last); err != nil {
+				return -1, fmt.Errorf("make %s: %w", "/"+p, err)
+			}
+			fd, err = inRoot(rootFD, p, 0)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("open %s in the container's root: %w", "/"+p, err)
+		}
+		if last {
+			return fd, nil
+		}
+		unix.Close(fd)
+		parent = p
+	}
+	return -1, errors.New("no mount point") // unreachable: names is never empty
+}
+
+// makeIn makes name, a directory or an empty file, in the directory
+// parent (inside the root), replacing a dangling symlink there.
+func makeIn(rootFD int, parent, name string, dir bool) error {
+	pfd, err := inRoot(rootFD, parent, unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if err := unix.Unlinkat(pfd, name, 0); err != nil {
+			return err
+		}
+	}
+	if dir {
+		err := unix.Mkdirat(pfd, name, 0o755)
+		if errors.Is(err, unix.EEXIST) {
+			return nil // made meanwhile
+		}
+		return err
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
