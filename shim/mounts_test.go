@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/errdefs"
@@ -27,27 +26,12 @@ func mountTestRoot(t *testing.T) (root, outside string) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { detachUnder(t, root) })
-	return root, outside
-}
-
-// detachUnder detaches every mount at or below dir.
-func detachUnder(t *testing.T, dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
+	t.Cleanup(func() {
+		if err := detachAllUnder(root); err != nil {
+			t.Error(err)
 		}
-	}
-	slices.Reverse(points)
-	for _, p := range points {
-		unix.Unmount(p, unix.MNT_DETACH)
-	}
+	})
+	return root, outside
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -177,5 +161,31 @@ func TestSpecMountsRefused(t *testing.T) {
 		if _, err := mountSpec(root, []specs.Mount{c.m}, 1<<20); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
+	}
+}
+
+// TestDetachAllUnder: every mount below a directory, nested and with an
+// escaped name, is detached, and the volume behind it is then out of
+// reach of a removal of the tree.
+func TestDetachAllUnder(t *testing.T) {
+	root, outside := mountTestRoot(t)
+	writeFile(t, filepath.Join(outside, "keep"), "user data\n")
+	if _, err := mountSpec(root, []specs.Mount{
+		{Destination: "/vol with space", Type: "bind", Source: outside, Options: []string{"rbind"}},
+		{Destination: "/vol with space/inner", Type: "tmpfs", Source: "tmpfs"},
+	}, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := detachAllUnder(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(outside, "keep")); got != "user data\n" {
+		t.Errorf("the volume's file after the tree's removal: %q", got)
+	}
+	if unescapeMountinfo(`/a\040b\134c`) != `/a b\c` {
+		t.Errorf("unescape: %q", unescapeMountinfo(`/a\040b\134c`))
 	}
 }

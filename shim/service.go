@@ -24,7 +24,6 @@ import (
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
-	"golang.org/x/sys/unix"
 )
 
 // service is one shim process's task service: the containers of one group
@@ -362,7 +361,9 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 // the files, not with the name.
 func (c *container) unmount() {
 	if c.mounted {
-		mount.UnmountAll(c.rootfs, unix.MNT_DETACH)
+		if err := detachAllUnder(c.rootfs); err != nil {
+			logf("container root %s: %v", c.rootfs, err)
+		}
 		c.mounted = false
 	}
 	os.Remove(c.rootfs)

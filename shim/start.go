@@ -96,7 +96,11 @@ func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) 
 		if m, err := smol.OpenMachine(machineName(ns, group)); err == nil {
 			m.Remove(ctx, true)
 		}
-		os.RemoveAll(filepath.Join(base, ns, group))
+		if err := detachAllUnder(filepath.Join(base, ns, group)); err != nil {
+			logf("cleanup of %s: %v", group, err)
+		} else {
+			os.RemoveAll(filepath.Join(base, ns, group))
+		}
 	}
 	return &taskapi.DeleteResponse{ExitedAt: time.Now(), ExitStatus: 128 + uint32(syscall.SIGKILL)}, nil
 }
