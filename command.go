@@ -34,6 +34,10 @@ type Command struct {
 	// WritablePaths, with ReadOnlyRoot, are the paths under Root (as the
 	// command sees them) that stay writable: the container's volumes.
 	WritablePaths []string
+	// DevMounts are the paths below /dev in Root where the host mounted
+	// something (a volume, kubelet's /dev/termination-log): the command's
+	// own /dev, which covers them, has them too.
+	DevMounts []string
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
@@ -179,7 +183,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

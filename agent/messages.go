@@ -26,6 +26,10 @@ type Start struct {
 	// the command sees them: its volumes, which the host mounted there)
 	// that stay writable. The first command in a root decides both.
 	WritablePaths []string `json:"writable_paths,omitempty"`
+	// DevMounts are absolute paths below /dev in Root where the host
+	// mounted something: the root's own /dev, which covers them, has
+	// them too. The first command in a root decides them.
+	DevMounts []string `json:"dev_mounts,omitempty"`
 	// Groups, if set, are the command's supplementary groups exactly (an
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
@@ -210,8 +214,10 @@ func (s *Start) Validate() error {
 		return errors.New("a read-only root needs a root")
 	case len(s.WritablePaths) > 0 && !s.ReadOnlyRoot:
 		return errors.New("writable paths are for a read-only root")
-	case len(s.WritablePaths) > MaxArgs:
-		return errors.New("too many writable paths")
+	case len(s.WritablePaths) > MaxArgs || len(s.DevMounts) > MaxArgs:
+		return errors.New("too many writable paths or /dev mounts")
+	case len(s.DevMounts) > 0 && s.Root == "":
+		return errors.New("/dev mounts need a root")
 	case len(s.Groups) > MaxGroups:
 		return fmt.Errorf("more than %d supplementary groups", MaxGroups)
 	}
@@ -223,6 +229,11 @@ func (s *Start) Validate() error {
 	for _, w := range s.WritablePaths {
 		if w == "" || w[0] != '/' {
 			return fmt.Errorf("writable path %q is not absolute", w)
+		}
+	}
+	for _, d := range s.DevMounts {
+		if len(d) <= len("/dev/") || d[:len("/dev/")] != "/dev/" {
+			return fmt.Errorf("/dev mount %q is not below /dev", d)
 		}
 	}
 	for _, kv := range s.Env {

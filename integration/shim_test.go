@@ -213,7 +213,8 @@ func TestShimCRI(t *testing.T) {
 	}
 	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234},
 		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}}},
-		[]*cri.Mount{{ContainerPath: "/data", HostPath: volume}, {ContainerPath: "/ro", HostPath: roVolume, Readonly: true}},
+		[]*cri.Mount{{ContainerPath: "/data", HostPath: volume}, {ContainerPath: "/ro", HostPath: roVolume, Readonly: true},
+			{ContainerPath: "/dev/shm/data", HostPath: volume}},
 		"locked", "sleep", "100000")
 	probe := []string{"sh", "-c", "id -G; grep CapBnd /proc/self/status; touch /written 2>/dev/null && echo writable || echo read-only"}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
@@ -231,12 +232,13 @@ func TestShimCRI(t *testing.T) {
 	// inside the container's root although the image's symlinks point
 	// out of it), and the volumes work as asked.
 	volProbe := []string{"sh", "-c", "cat /etc/resolv.conf /etc/hostname; test -s /etc/hosts && echo hosts; " +
-		"echo v > /data/from-guest && echo data-writable; (echo x > /ro/f) 2>/dev/null || echo ro-refused; cat /ro/seed"}
+		"echo v > /data/from-guest && echo data-writable; (echo x > /ro/f) 2>/dev/null || echo ro-refused; cat /ro/seed; " +
+		"cat /dev/shm/data/from-guest; echo > /dev/null && echo null-ok; touch /dev/mine && echo own-dev"}
 	res, err = rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: volProbe, Timeout: 30})
 	if err != nil {
 		t.Fatalf("ExecSync: %v", err)
 	}
-	for _, want := range []string{"nameserver 10.0.0.53\n", "search example.test\n", "pod-host\n", "hosts\n", "data-writable\n", "ro-refused\n", "seeded\n"} {
+	for _, want := range []string{"nameserver 10.0.0.53\n", "search example.test\n", "pod-host\n", "hosts\n", "data-writable\n", "ro-refused\n", "seeded\n", "v\n", "null-ok\n", "own-dev\n"} {
 		if !strings.Contains(string(res.Stdout), want) {
 			t.Errorf("the read-only container with volumes lacks %q: %q %q (exit %d)", want, res.Stdout, res.Stderr, res.ExitCode)
 		}
@@ -247,9 +249,12 @@ func TestShimCRI(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(roVolume, "f")); !os.IsNotExist(err) {
 		t.Errorf("the read-only volume took a write: %v", err)
 	}
-	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"cat", "/etc/resolv.conf"}, Timeout: 30}); err != nil ||
-		!strings.Contains(string(res.Stdout), "nameserver 10.0.0.53\n") {
-		t.Errorf("a plain container's /etc/resolv.conf: %+v, %v", res, err)
+	// Each container's /dev is its own; /dev/shm is the pod's.
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"sh", "-c",
+		"cat /etc/resolv.conf; test -e /dev/mine || echo private-dev; test -d /dev/shm/data && echo shared-shm"}, Timeout: 30}); err != nil ||
+		!strings.Contains(string(res.Stdout), "nameserver 10.0.0.53\n") || !strings.Contains(string(res.Stdout), "private-dev\n") ||
+		!strings.Contains(string(res.Stdout), "shared-shm\n") {
+		t.Errorf("a plain container's /etc/resolv.conf and /dev: %+v, %v", res, err)
 	}
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "the host's own\n" {
 		t.Errorf("the host file the image's symlinks named: %q, %v", b, err)

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/containerd/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/smolvm/smol/internal/inroot"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,14 +30,22 @@ import (
 // nothing the guest changes in the meantime can move a mount or leave one
 // writable.
 //
-// /proc, /sys and /dev, and every mount under them, are the guest's own
-// (the agent mounts its kernel filesystems and /dev, whose /dev/shm the
-// pod's containers share, in every container root), so the spec's
-// entries there are left to it.
+// /proc, /sys and /dev are the guest's own: the agent mounts its kernel
+// filesystems in every container root, and a /dev of the container's own
+// with the guest's /dev/pts and the pod's shared /dev/shm (as the pod's
+// containers share IPC) bound in. So the spec's entries for those, and
+// for everything under /proc and /sys, are left to it. Other mounts below
+// /dev (a volume there, kubelet's /dev/termination-log) are made on the
+// host like the rest, and the agent carries them into the container's
+// /dev, which covers them.
 
 // guestProvided says whether the guest makes the mount at dest itself.
 func guestProvided(dest string) bool {
-	for _, p := range []string{"/proc", "/sys", "/dev"} {
+	switch dest {
+	case "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue":
+		return true
+	}
+	for _, p := range []string{"/proc", "/sys"} {
 		if dest == p || strings.HasPrefix(dest, p+"/") {
 			return true
 		}
@@ -45,30 +53,39 @@ func guestProvided(dest string) bool {
 	return false
 }
 
+// madeMounts are the mount points mountSpec made, as the container sees
+// them.
+type madeMounts struct {
+	writable []string // not below /dev, and not read-only: they stay writable in a read-only root
+	dev      []string // below /dev: the guest carries them into the container's /dev
+}
+
+// underDev says whether dest is below /dev.
+func underDev(dest string) bool { return strings.HasPrefix(dest, "/dev/") }
+
 // mountSpec makes the container's spec mounts inside root (the container's
 // root on the host). maxTmpfs bounds a tmpfs without a size (the host's
-// memory is not the guest's to fill). It returns the mount points that
-// stay writable, as the container sees them, for a read-only root.
-func mountSpec(root string, mounts []specs.Mount, maxTmpfs uint64) (writable []string, err error) {
+// memory is not the guest's to fill).
+func mountSpec(root string, mounts []specs.Mount, maxTmpfs uint64) (made madeMounts, err error) {
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+		return made, &os.PathError{Op: "open", Path: root, Err: err}
 	}
 	defer unix.Close(rootFD)
 	for _, m := range mounts {
 		if !path.IsAbs(m.Destination) {
-			return nil, fmt.Errorf("mount %q: %w: the destination is not absolute", m.Destination, errdefs.ErrInvalidArgument)
+			return made, fmt.Errorf("mount %q: %w: the destination is not absolute", m.Destination, errdefs.ErrInvalidArgument)
 		}
 		dest := path.Clean(m.Destination)
 		if guestProvided(dest) {
 			continue
 		}
 		if dest == "/" {
-			return nil, fmt.Errorf("mount on /: %w: the root is the container's rootfs", errdefs.ErrInvalidArgument)
+			return made, fmt.Errorf("mount on /: %w: the root is the container's rootfs", errdefs.ErrInvalidArgument)
 		}
 		opts, err := parseMountOptions(m.Options)
 		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", dest, err)
+			return made, fmt.Errorf("mount %s: %w", dest, err)
 		}
 		switch {
 		case m.Type == "bind" || opts.bind:
@@ -79,13 +96,16 @@ func mountSpec(root string, mounts []specs.Mount, maxTmpfs uint64) (writable []s
 			err = fmt.Errorf("%w: a mount of type %q (bind mounts and tmpfs are made; /proc, /sys and /dev are the guest's)", errdefs.ErrNotImplemented, m.Type)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", dest, err)
+			return made, fmt.Errorf("mount %s: %w", dest, err)
 		}
-		if opts.attr&unix.MOUNT_ATTR_RDONLY == 0 {
-			writable = append(writable, dest)
+		switch {
+		case underDev(dest):
+			made.dev = append(made.dev, dest)
+		case opts.attr&unix.MOUNT_ATTR_RDONLY == 0:
+			made.writable = append(made.writable, dest)
 		}
 	}
-	return writable, nil
+	return made, nil
 }
 
 // mountOptions are a spec mount's options, sorted by what they do.
@@ -194,7 +214,7 @@ func tmpfsInRoot(rootFD int, dest string, o mountOptions, max uint64) error {
 // made first (a directory, or an empty file for a mount of a file) if it
 // is missing.
 func attachInRoot(rootFD int, dest string, dir bool, tree int) error {
-	target, err := mountPoint(rootFD, dest, dir)
+	target, err := inroot.MountPoint(rootFD, dest, dir)
 	if err != nil {
 		return err
 	}
@@ -210,80 +230,6 @@ func attachInRoot(rootFD int, dest string, dir bool, tree int) error {
 		return fmt.Errorf("move_mount: %w", err)
 	}
 	return nil
-}
-
-// inRoot opens name (relative to the root) inside the root: symlinks and
-// ".." resolved as in a chroot there, never leaving it.
-func inRoot(rootFD int, name string, flags uint64) (int, error) {
-	for {
-		fd, err := unix.Openat2(rootFD, name, &unix.OpenHow{Flags: flags | unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-		if err != unix.EINTR && err != unix.EAGAIN {
-			return fd, err
-		}
-	}
-}
-
-// mountPoint opens dest inside the root as an O_PATH descriptor, making
-// each missing directory on the way and, last, dest itself: a directory
-// if dir, else an empty file. A dangling symlink in the way is replaced
-// by what is made (an image's /etc/resolv.conf may point at a file the
-// image lacks); a symlink to something that exists is followed, inside
-// the root.
-func mountPoint(rootFD int, dest string, dir bool) (int, error) {
-	names := strings.Split(strings.TrimPrefix(dest, "/"), "/")
-	parent := "."
-	for i, name := range names {
-		last := i == len(names)-1
-		p := path.Join(parent, name)
-		fd, err := inRoot(rootFD, p, 0)
-		if errors.Is(err, unix.ENOENT) {
-			if err := makeIn(rootFD, parent, name, dir || !last); err != nil {
-				return -1, fmt.Errorf("make %s: %w", "/"+p, err)
-			}
-			fd, err = inRoot(rootFD, p, 0)
-		}
-		if err != nil {
-			return -1, fmt.Errorf("open %s in the container's root: %w", "/"+p, err)
-		}
-		if last {
-			return fd, nil
-		}
-		unix.Close(fd)
-		parent = p
-	}
-	return -1, errors.New("no mount point") // unreachable: names is never empty
-}
-
-// makeIn makes name, a directory or an empty file, in the directory
-// parent (inside the root), replacing a dangling symlink there.
-func makeIn(rootFD int, parent, name string, dir bool) error {
-	pfd, err := inRoot(rootFD, parent, unix.O_DIRECTORY)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		if err := unix.Unlinkat(pfd, name, 0); err != nil {
-			return err
-		}
-	}
-	if dir {
-		err := unix.Mkdirat(pfd, name, 0o755)
-		if errors.Is(err, unix.EEXIST) {
-			return nil // made meanwhile
-		}
-		return err
-	}
-	fd, err := unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-	if errors.Is(err, unix.EEXIST) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return unix.Close(fd)
 }
 
 // detachAllUnder detaches every mount at or below dir, deepest first: a

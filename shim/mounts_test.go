@@ -76,9 +76,10 @@ func TestSpecMountsStayInTheRoot(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(data, "in-volume"), "volume\n")
 
-	writable, err := mountSpec(root, []specs.Mount{
+	made, err := mountSpec(root, []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev/shm", Type: "bind", Source: src, Options: []string{"rbind"}},
+		{Destination: "/dev/termination-log", Type: "bind", Source: filepath.Join(src, "hosts"), Options: []string{"rbind"}},
 		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(src, "resolv.conf"), Options: []string{"rbind", "rprivate", "rw"}},
 		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(src, "hosts"), Options: []string{"rbind", "rprivate", "ro"}},
 		{Destination: "/vol/data", Type: "bind", Source: data, Options: []string{"rbind"}},
@@ -98,8 +99,11 @@ func TestSpecMountsStayInTheRoot(t *testing.T) {
 	if got := readFile(t, filepath.Join(root, "data", "in-volume")); got != "volume\n" {
 		t.Errorf("/vol/data (vol -> /) in the root: %q", got)
 	}
-	if _, err := os.Stat(filepath.Join(root, "dev")); !os.IsNotExist(err) {
-		t.Errorf("a mount under /dev, which the guest provides, was made on the host: %v", err)
+	if _, err := os.Stat(filepath.Join(root, "dev", "shm")); !os.IsNotExist(err) {
+		t.Errorf("/dev/shm, which the guest provides, was made on the host: %v", err)
+	}
+	if got := readFile(t, filepath.Join(root, "dev", "termination-log")); got != "127.0.0.1 localhost\n" {
+		t.Errorf("/dev/termination-log in the root: %q", got)
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc", "hosts"), []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
 		t.Errorf("writing the read-only /etc/hosts: %v, want EROFS", err)
@@ -108,8 +112,11 @@ func TestSpecMountsStayInTheRoot(t *testing.T) {
 	if got := readFile(t, filepath.Join(src, "resolv.conf")); got != "nameserver 10.0.0.11\n" {
 		t.Errorf("a write to the read-write /etc/resolv.conf reached its source as %q", got)
 	}
-	if want := []string{"/etc/resolv.conf", "/vol/data"}; !slices.Equal(writable, want) {
-		t.Errorf("writable mount points %q, want %q", writable, want)
+	if want := []string{"/etc/resolv.conf", "/vol/data"}; !slices.Equal(made.writable, want) {
+		t.Errorf("writable mount points %q, want %q", made.writable, want)
+	}
+	if want := []string{"/dev/termination-log"}; !slices.Equal(made.dev, want) {
+		t.Errorf("mount points below /dev %q, want %q", made.dev, want)
 	}
 }
 

@@ -44,6 +44,7 @@ type guestRoot struct {
 	path     string   // in the guest
 	readOnly bool     // the spec's root.readonly
 	writable []string // its mount points that stay writable when it is read-only
+	dev      []string // its mount points below /dev, for its own /dev
 }
 
 func newProcess(containerID, execID string, root guestRoot, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
@@ -56,7 +57,7 @@ func newProcess(containerID, execID string, root guestRoot, spec *specs.Process,
 // command is what the agent runs for p.
 func (p *process) command() smol.Command {
 	s := p.spec
-	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root.path, ReadOnlyRoot: p.root.readOnly, TTY: p.terminal || s.Terminal,
+	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root.path, ReadOnlyRoot: p.root.readOnly, DevMounts: p.root.dev, TTY: p.terminal || s.Terminal,
 		User:   strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
 		Groups: s.User.AdditionalGids, Capabilities: capabilities(s.Capabilities),
 		Signals: p.signals, Resize: p.resize}

@@ -128,11 +128,11 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: mount its root: %w", r.ID, err)
 	}
 	c.mounted = true
-	writable, err := mountSpec(c.rootfs, spec.Mounts, s.memory)
+	made, err := mountSpec(c.rootfs, spec.Mounts, s.memory)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", r.ID, err)
 	}
-	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: writable}
+	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
 	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()

@@ -199,7 +199,7 @@ func (e *startError) Error() string { return e.msg }
 func prepare(start agent.Start) (*process, error) {
 	root := start.Root
 	if root != "" {
-		if err := prepareRoot(root, start.ReadOnlyRoot, start.WritablePaths); err != nil {
+		if err := prepareRoot(root, start.ReadOnlyRoot, start.WritablePaths, start.DevMounts); err != nil {
 			return nil, &startError{126, err.Error()}
 		}
 	}

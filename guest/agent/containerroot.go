@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/smolvm/smol/internal/inroot"
+	"golang.org/x/sys/unix"
+)
+
+// A container's root (shared from the host, the containerd shim's) gets,
+// once, before its first command: /proc and /sys (the guest's kernel
+// filesystems) and a /dev of its own, as OCI runtimes give: a small tmpfs
+// with the standard device nodes, the guest's /dev/pts bound in (the
+// agent opens commands' terminals there) and its /dev/shm (one for the
+// pod, whose containers share IPC). Nothing a container makes in /dev
+// reaches the guest's or another container's.
+//
+// The host may have mounted things below the root's /dev (a volume there,
+// kubelet's /dev/termination-log): those are held open before the new
+// /dev covers them and bound into it. A read-only root is root bound onto
+// itself read-only (the container's own view: the share stays writable
+// for the others), its writable paths (volumes the host mounted inside
+// it, one filesystem with it here) each bound onto themselves first:
+// mounts of their own, which the recursive bind carries and the read-only
+// remount, which is not recursive, leaves writable. Every path is
+// resolved inside the root (package inroot): another container of the
+// pod may have planted symlinks in it.
+
+// preparedRoots are the command roots already prepared.
+var preparedRoots = struct {
+	sync.Mutex
+	done map[string]bool
+}{done: map[string]bool{}}
+
+// devNodes are the device nodes of a container's /dev.
+var devNodes = []struct {
+	name         string
+	major, minor uint32
+}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}}
+
+// devLinks are the symlinks of a container's /dev.
+var devLinks = [][2]string{{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}}
+
+// prepareRoot readies root for commands chrooted in it (above).
+func prepareRoot(root string, readOnly bool, writable, devMounts []string) error {
+	preparedRoots.Lock()
+	defer preparedRoots.Unlock()
+	if preparedRoots.done[root] {
+		return nil
+	}
+	if err := prepareRootOnce(root, readOnly, writable, devMounts); err != nil {
+		return fmt.Errorf("root %s: %w", root, err)
+	}
+	preparedRoots.done[root] = true
+	return nil
+}
+
+func prepareRootOnce(root string, readOnly bool, writable, devMounts []string) error {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("not a directory: %w", err)
+	}
+	defer unix.Close(rootFD)
+	// The host's mounts below /dev, held from the writable share before
+	// anything covers them.
+	carried := make([]int, len(devMounts))
+	defer func() {
+		for _, fd := range carried {
+			if fd > 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	for i, p := range devMounts {
+		if carried[i], err = inroot.Open(rootFD, p, 0); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	for _, d := range []string{"proc", "sys", "dev"} {
+		fd, err := inroot.MountPoint(rootFD, d, true)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+	}
+	if readOnly {
+		for _, w := range writable {
+			fd, err := inroot.Open(rootFD, w, 0)
+			if err != nil {
+				return fmt.Errorf("keep %s writable: %w", w, err)
+			}
+			err = unix.Mount(fdPath(fd), fdPath(fd), "", unix.MS_BIND, "")
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("keep %s writable: %w", w, err)
+			}
+		}
+		if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind it: %w", err)
+		}
+		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("make it read-only: %w", err)
+		}
+		// The read-only view is a new mount on root's path.
+		unix.Close(rootFD)
+		if rootFD, err = unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return err
+		}
+	}
+	mounts := []struct {
+		target, fstype, source string
+		flags                  uintptr
+		data                   string
+	}{
+		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sys", "sysfs", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY, ""},
+		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_NOEXEC, "mode=755,size=65536k"},
+	}
+	for _, m := range mounts {
+		if err := mountAt(rootFD, m.target, true, m.source, m.fstype, m.flags, m.data); err != nil {
+			return err
+		}
+	}
+	return populateDev(rootFD, devMounts, carried)
+}
+
+// populateDev fills the container's new /dev (above).
+func populateDev(rootFD int, devMounts []string, carried []int) error {
+	for _, n := range devNodes {
+		fd, err := inroot.Open(rootFD, "dev", unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		err = unix.Mknodat(fd, n.name, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor)))
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("/dev/%s: %w", n.name, err)
+		}
+	}
+	for _, shared := range []string{"pts", "shm"} {
+		if err := mountAt(rootFD, "dev/"+shared, true, "/dev/"+shared, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for _, l := range devLinks {
+		fd, err := inroot.Open(rootFD, "dev", unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		err = unix.Symlinkat(l[1], fd, l[0])
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("/dev/%s: %w", l[0], err)
+		}
+	}
+	for i, p := range devMounts {
+		var st unix.Stat_t
+		if err := unix.Fstat(carried[i], &st); err != nil {
+			return err
+		}
+		if err := mountAt(rootFD, p, st.Mode&unix.S_IFMT == unix.S_IFDIR, fdPath(carried[i]), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountAt mounts source on the path p inside the root, made first (a
+// directory, or an empty file when !dir) if it is missing.
+func mountAt(rootFD int, p string, dir bool, source, fstype string, flags uintptr, data string) error {
+	fd, err := inroot.MountPoint(rootFD, "/"+strings.TrimPrefix(p, "/"), dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Mount(source, fdPath(fd), fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s: %w", filepath.Join("/", p), err)
+	}
+	return nil
+}
+
+// fdPath names a descriptor for calls that take a path: the kernel
+// resolves it to the file the descriptor holds.
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
