@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -134,13 +135,30 @@ func busyboxRoot() (v1.Layer, error) {
 		imagetest.Dir("etc/"), imagetest.File("etc/passwd", passwd), imagetest.File("etc/group", group),
 		imagetest.Dir("root/"), tmp, imagetest.Dir("www/"), imagetest.File("www/index.html", webPage),
 		imagetest.Dir("home/"), imagetest.Dir("var/"), imagetest.Dir("var/www/")}
-	for _, applet := range strings.Fields(string(list)) {
+	applets := strings.Fields(string(list))
+	for _, applet := range applets {
 		if applet != "busybox" && !strings.Contains(applet, "/") {
 			entries = append(entries, imagetest.Symlink("bin/"+applet, "busybox"))
 		}
 	}
+	if !slices.Contains(applets, "pgrep") { // the suite's images have it; Debian's static busybox lacks it
+		pgrep := imagetest.File("bin/pgrep", pgrepScript)
+		pgrep.Mode = 0o755
+		entries = append(entries, pgrep)
+	}
 	return imagetest.Layer(entries...)
 }
+
+// pgrepScript stands in for pgrep PATTERN as the suite uses it: the pids
+// of the processes whose name contains PATTERN, status 1 if none.
+const pgrepScript = `#!/bin/sh
+found=1
+for d in /proc/[0-9]*; do
+	read -r name < "$d/comm" 2>/dev/null || continue
+	case "$name" in *"$1"*) echo "${d#/proc/}"; found=0 ;; esac
+done
+exit $found
+`
 
 // discardLogger keeps the registry's request log out of the output.
 func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
