@@ -135,7 +135,7 @@ func parseMountOptions(options []string) (mountOptions, error) {
 		case attrs[opt] != 0:
 			o.attr |= attrs[opt]
 		case noEffect[opt]:
-		case strings.ContainsRune(opt, '='), opt == "mpol":
+		case strings.ContainsRune(opt, '='):
 			o.data = append(o.data, opt)
 		default:
 			return o, fmt.Errorf("%w: mount option %q", errdefs.ErrNotImplemented, opt)

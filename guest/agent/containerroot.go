@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/smolvm/smol/internal/inroot"
@@ -131,31 +130,24 @@ func prepareRootOnce(root string, readOnly bool, writable, devMounts []string) e
 
 // populateDev fills the container's new /dev (above).
 func populateDev(rootFD int, devMounts []string, carried []int) error {
+	dev, err := inroot.Open(rootFD, "dev", unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dev)
 	for _, n := range devNodes {
-		fd, err := inroot.Open(rootFD, "dev", unix.O_DIRECTORY)
-		if err != nil {
-			return err
-		}
-		err = unix.Mknodat(fd, n.name, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor)))
-		unix.Close(fd)
-		if err != nil {
+		if err := unix.Mknodat(dev, n.name, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
 			return fmt.Errorf("/dev/%s: %w", n.name, err)
+		}
+	}
+	for _, l := range devLinks {
+		if err := unix.Symlinkat(l[1], dev, l[0]); err != nil {
+			return fmt.Errorf("/dev/%s: %w", l[0], err)
 		}
 	}
 	for _, shared := range []string{"pts", "shm"} {
 		if err := mountAt(rootFD, "dev/"+shared, true, "/dev/"+shared, "", unix.MS_BIND, ""); err != nil {
 			return err
-		}
-	}
-	for _, l := range devLinks {
-		fd, err := inroot.Open(rootFD, "dev", unix.O_DIRECTORY)
-		if err != nil {
-			return err
-		}
-		err = unix.Symlinkat(l[1], fd, l[0])
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("/dev/%s: %w", l[0], err)
 		}
 	}
 	for i, p := range devMounts {
@@ -173,7 +165,7 @@ func populateDev(rootFD int, devMounts []string, carried []int) error {
 // mountAt mounts source on the path p inside the root, made first (a
 // directory, or an empty file when !dir) if it is missing.
 func mountAt(rootFD int, p string, dir bool, source, fstype string, flags uintptr, data string) error {
-	fd, err := inroot.MountPoint(rootFD, "/"+strings.TrimPrefix(p, "/"), dir)
+	fd, err := inroot.MountPoint(rootFD, p, dir)
 	if err != nil {
 		return err
 	}
