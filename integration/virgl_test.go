@@ -136,7 +136,13 @@ func TestVirgl3D(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			_, log, _ := machineCLI(t, home, "exec", "gl", "--", "cat", "/tmp/glscan.log")
-			t.Fatalf("screenshot (exit %d, %s): top %v bottom %v, want red over green; glscan said: %s", code, stderr, top, bottom, log)
+			// Where glscan is stuck, if it is, and what the guest's
+			// kernel and the VMM said.
+			_, state, _ := machineCLI(t, home, "exec", "gl", "--", "sh", "-c",
+				"for p in $(pidof glscan); do echo pid $p; grep State /proc/$p/status; cat /proc/$p/wchan; echo; cat /proc/$p/stack; done; dmesg | tail -n 30")
+			vmmLog, _ := os.ReadFile(filepath.Join(home, "machines", "gl", "vmm.log"))
+			t.Fatalf("screenshot (exit %d, %s): top %v bottom %v, want red over green; glscan said: %s\nglscan in the guest:\n%s\nvmm.log:\n%s",
+				code, stderr, top, bottom, log, state, tail(vmmLog, 4096))
 		}
 		time.Sleep(time.Second)
 	}
@@ -198,4 +204,12 @@ func helperOf(t *testing.T, home, name string) int {
 	}
 	t.Fatalf("machine %s's VMM (pid %d) has no smol-gpu child", name, vmm)
 	return 0
+}
+
+// tail returns the last n bytes of b, at most.
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }

@@ -19,6 +19,10 @@
 #include <xf86drm.h>
 #include <xf86drmMode.h>
 
+/* step says how far it got, on stderr (unbuffered): a glscan that hangs
+ * shows where. */
+static void step(const char *what) { fprintf(stderr, "glscan: %s\n", what); }
+
 static void die(const char *what) {
 	fprintf(stderr, "glscan: %s failed (EGL error %#x)\n", what, eglGetError());
 	exit(1);
@@ -26,6 +30,7 @@ static void die(const char *what) {
 
 int main(int argc, char **argv) {
 	int hold = argc > 1 ? atoi(argv[1]) : 60;
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	int fd = open("/dev/dri/card0", O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		die("open /dev/dri/card0");
@@ -46,6 +51,7 @@ int main(int argc, char **argv) {
 	const int w = mode.hdisplay, h = mode.vdisplay;
 	uint32_t crtc = res->crtcs[0];
 
+	step("display found");
 	struct gbm_device *gbm = gbm_create_device(fd);
 	if (!gbm)
 		die("gbm_create_device");
@@ -76,6 +82,7 @@ int main(int argc, char **argv) {
 	if (ctx == EGL_NO_CONTEXT || es == EGL_NO_SURFACE || !eglMakeCurrent(dpy, es, es, ctx))
 		die("eglCreateWindowSurface");
 	printf("renderer: %s\n", (const char *)glGetString(GL_RENDERER));
+	step("context made");
 
 	/* GL's window y grows upwards: the scissor's upper half is the top. */
 	glViewport(0, 0, w, h);
@@ -89,12 +96,14 @@ int main(int argc, char **argv) {
 	if (!eglSwapBuffers(dpy, es))
 		die("eglSwapBuffers");
 
+	step("swapped");
 	struct gbm_bo *bo = gbm_surface_lock_front_buffer(surf);
 	if (!bo)
 		die("gbm_surface_lock_front_buffer");
 	uint32_t fb;
 	if (drmModeAddFB(fd, w, h, 24, 32, gbm_bo_get_stride(bo), gbm_bo_get_handle(bo).u32, &fb))
 		die("drmModeAddFB");
+	step("framebuffer added");
 	if (drmModeSetCrtc(fd, crtc, fb, 0, 0, &conn->connector_id, 1, &mode))
 		die("drmModeSetCrtc");
 	printf("shown: %dx%d\n", w, h);
