@@ -38,6 +38,13 @@ type Command struct {
 	// something (a volume, kubelet's /dev/termination-log): the command's
 	// own /dev, which covers them, has them too.
 	DevMounts []string
+	// PIDNamespace, if set, names the PID namespace (in the guest) the
+	// command runs in, which needs a Root; "" is the guest's own. With
+	// NewPIDNamespace the command starts it as its PID 1, and everything
+	// left in it ends with that command; otherwise it joins the one a
+	// command already started (or is starting) under that name.
+	PIDNamespace    string
+	NewPIDNamespace bool
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
@@ -183,7 +190,8 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
+		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

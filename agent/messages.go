@@ -30,6 +30,15 @@ type Start struct {
 	// mounted something: the root's own /dev, which covers them, has
 	// them too. The first command in a root decides them.
 	DevMounts []string `json:"dev_mounts,omitempty"`
+	// PIDNamespace, if set, names the PID namespace the command runs in
+	// (the host's name for it, a container's or a pod's); "" is the
+	// guest's own. With NewPIDNamespace the command starts it as its
+	// PID 1 and the namespace ends with it, every process left in it
+	// killed; otherwise the command joins it, waiting a moment for the
+	// command that starts it if that is still on its way. A namespace
+	// needs a Root, whose /proc then shows the namespace's processes.
+	PIDNamespace    string `json:"pid_namespace,omitempty"`
+	NewPIDNamespace bool   `json:"new_pid_namespace,omitempty"`
 	// Groups, if set, are the command's supplementary groups exactly (an
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
@@ -185,6 +194,9 @@ const MaxArgs = 1 << 14
 // MaxGroups bounds a Start's supplementary groups: Linux's NGROUPS_MAX.
 const MaxGroups = 1 << 16
 
+// MaxNameBytes bounds a PID namespace's name (a container ID is 64).
+const MaxNameBytes = 256
+
 // Validate checks a Start that came from the other side.
 func (s *Start) Validate() error {
 	if s.Identity != nil {
@@ -218,6 +230,12 @@ func (s *Start) Validate() error {
 		return errors.New("too many writable paths or /dev mounts")
 	case len(s.DevMounts) > 0 && s.Root == "":
 		return errors.New("/dev mounts need a root")
+	case s.NewPIDNamespace && s.PIDNamespace == "":
+		return errors.New("a new PID namespace needs a name")
+	case s.PIDNamespace != "" && s.Root == "":
+		return errors.New("a PID namespace needs a root")
+	case len(s.PIDNamespace) > MaxNameBytes:
+		return fmt.Errorf("a PID namespace's name is longer than %d bytes", MaxNameBytes)
 	case len(s.Groups) > MaxGroups:
 		return fmt.Errorf("more than %d supplementary groups", MaxGroups)
 	}

@@ -45,6 +45,10 @@ type guestRoot struct {
 	readOnly bool     // the spec's root.readonly
 	writable []string // its mount points that stay writable when it is read-only
 	dev      []string // its mount points below /dev, for its own /dev
+	// pidNamespace names the guest PID namespace its processes run in
+	// ("": the VM's); with ownPIDNamespace its init process starts it.
+	pidNamespace    string
+	ownPIDNamespace bool
 }
 
 func newProcess(containerID, execID string, root guestRoot, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
@@ -64,6 +68,7 @@ func (p *process) command() smol.Command {
 	if p.root.readOnly {
 		c.WritablePaths = p.root.writable
 	}
+	c.PIDNamespace, c.NewPIDNamespace = p.root.pidNamespace, p.root.ownPIDNamespace && p.execID == ""
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}

@@ -133,12 +133,41 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: %w", r.ID, err)
 	}
 	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
+	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID)
 	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}, Pid: pid})
 	return &taskapi.CreateTaskResponse{Pid: pid}, nil
+}
+
+// pidNamespace is the guest PID namespace a container's processes run
+// in, from the spec's "pid" namespace entry, as runc reads it: none, the
+// VM's own (a pod with hostPID; "host" here is the pod's VM); one without
+// a path, its own, which its init starts (named by the container's ID);
+// one with a path, another task's. containerd reports every task of a pod
+// with one pid, its VM's, so such a path cannot say which task's it is:
+// it is taken for the pod sandbox's, as CRI gives it for a pod sharing
+// its PID namespace (a container targeting another container's namespace
+// gets the pod's instead).
+func pidNamespace(spec *specs.Spec, id string) (name string, own bool) {
+	if spec.Linux == nil {
+		return "", false
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type != specs.PIDNamespace {
+			continue
+		}
+		if ns.Path == "" {
+			return id, true
+		}
+		if sb := spec.Annotations[sandboxAnnotation]; sb != "" {
+			return sb, false
+		}
+		return id, true // no pod to share with: a namespace of its own
+	}
+	return "", false
 }
 
 // startMachine creates the group's machine, sharing the group's directory

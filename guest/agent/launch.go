@@ -16,30 +16,37 @@ import (
 
 // launcherName is argv[0] of the agent run again as a command's launcher.
 //
-// A command with capability sets (an OCI container's) needs work between
-// fork and exec that Go's os/exec does not offer: drop capabilities from
-// the bounding set, switch user keeping the permitted set, then set the
-// five sets. So the agent starts itself (/proc/self/exe, already chrooted
-// in the command's root) as the launcher, which does that on one thread
-// and execs the command from it: execve takes the calling thread's
+// Some commands need work between fork and exec that Go's os/exec does
+// not offer. A command with capability sets (an OCI container's) must
+// drop capabilities from the bounding set, switch user keeping the
+// permitted set, then set the five sets. A command that is a root's
+// first in a PID namespace must mount the namespace's /proc, which only
+// a process inside it can. So the agent starts itself (/proc/self/exe,
+// already chrooted in the command's root and in the command's PID
+// namespace) as the launcher, which does that work on one thread and
+// execs the command from it: execve takes the calling thread's
 // credentials, and the process keeps its pid, terminal and descriptors.
 const launcherName = "smol-agent-launch"
 
 // launchSpec is what the launcher is told, as JSON in its argv[1]; the
 // command's argv follows.
 type launchSpec struct {
-	Path   string             `json:"path"`
-	UID    uint32             `json:"uid"`
-	GID    uint32             `json:"gid"`
-	Groups []uint32           `json:"groups"`
-	Caps   agent.Capabilities `json:"caps"`
+	Path   string   `json:"path"`
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups"`
+	// Caps, if set, are the command's capability sets exactly; nil
+	// leaves the kernel's rule: all of them for root, none for others.
+	Caps *agent.Capabilities `json:"caps,omitempty"`
+	// MountProc mounts the launcher's PID namespace's proc on /proc.
+	MountProc bool `json:"mount_proc,omitempty"`
 }
 
 // useLauncher makes cmd (its root, credential and program already
-// resolved) start through the launcher with caps.
-func useLauncher(cmd *exec.Cmd, caps agent.Capabilities) {
+// resolved) start through the launcher.
+func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, mountProc bool) {
 	cred := cmd.SysProcAttr.Credential
-	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps}
+	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, MountProc: mountProc}
 	b, _ := json.Marshal(spec) // plain values: cannot fail
 	cmd.Args = append([]string{launcherName, string(b)}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
@@ -61,11 +68,22 @@ func launch(args []string) {
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
 		fail(fmt.Errorf("launcher: %w", err))
 	}
+	if spec.MountProc {
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			fail(fmt.Errorf("mount /proc for the command's PID namespace: %w", err))
+		}
+	}
 	runtime.LockOSThread() // credentials are per thread until execve
-	if err := applyCredentials(spec); err != nil {
+	var err error
+	if spec.Caps != nil {
+		err = applyCredentials(spec)
+	} else {
+		err = switchUser(spec)
+	}
+	if err != nil {
 		fail(err)
 	}
-	err := unix.Exec(spec.Path, args[1:], os.Environ())
+	err = unix.Exec(spec.Path, args[1:], os.Environ())
 	fail(fmt.Errorf("%s: %w", spec.Path, err))
 }
 
@@ -86,20 +104,8 @@ func applyCredentials(spec launchSpec) error {
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("keep capabilities across the user switch: %w", err)
 	}
-	// Raw system calls, not unix.Setuid: those change every thread of
-	// the process, and only this one's matter.
-	var groups unsafe.Pointer
-	if len(spec.Groups) > 0 {
-		groups = unsafe.Pointer(&spec.Groups[0])
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(spec.Groups)), uintptr(groups), 0); e != 0 {
-		return fmt.Errorf("supplementary groups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(spec.GID), uintptr(spec.GID), uintptr(spec.GID)); e != 0 {
-		return fmt.Errorf("group %d: %w", spec.GID, e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(spec.UID), uintptr(spec.UID), uintptr(spec.UID)); e != 0 {
-		return fmt.Errorf("user %d: %w", spec.UID, e)
+	if err := switchUser(spec); err != nil {
+		return err
 	}
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("end keeping capabilities: %w", err)
@@ -120,6 +126,26 @@ func applyCredentials(spec launchSpec) error {
 		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
 			return fmt.Errorf("ambient capability %d (it must be permitted and inheritable): %w", c, err)
 		}
+	}
+	return nil
+}
+
+// switchUser gives the calling thread spec's user and groups. Raw system
+// calls, not unix.Setuid: those change every thread of the process, and
+// only this one's matter.
+func switchUser(spec launchSpec) error {
+	var groups unsafe.Pointer
+	if len(spec.Groups) > 0 {
+		groups = unsafe.Pointer(&spec.Groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(spec.Groups)), uintptr(groups), 0); e != 0 {
+		return fmt.Errorf("supplementary groups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(spec.GID), uintptr(spec.GID), uintptr(spec.GID)); e != 0 {
+		return fmt.Errorf("group %d: %w", spec.GID, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(spec.UID), uintptr(spec.UID), uintptr(spec.UID)); e != 0 {
+		return fmt.Errorf("user %d: %w", spec.UID, e)
 	}
 	return nil
 }

@@ -105,14 +105,12 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		proc.cmd.SysProcAttr.Setctty = true
 		proc.cmd.SysProcAttr.Ctty = 0
 	}
-	status, pid, err := s.reaper.Start(func() (int, error) {
-		if err := proc.cmd.Start(); err != nil {
-			return 0, err
-		}
-		return proc.cmd.Process.Pid, nil
-	})
+	status, pid, ns, err := s.start(start, proc)
 	if err != nil {
 		return agent.Exit{Code: 126, Error: fmt.Sprintf("%s: %v", start.Args[0], err)}
+	}
+	if ns != nil {
+		defer ns.end(errNamespaceEnded) // after the exit: the kernel has killed what was left in it
 	}
 	proc.cmd.Process.Release() // the reaper waits for it
 	stdio.closeChildEnds()
@@ -143,6 +141,49 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		return agent.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 	}
 	return agent.Exit{Code: ws.ExitStatus()}
+}
+
+// start starts proc in its PID namespace: the guest's, a new one it is
+// PID 1 of (returned, to be ended when proc ends), or one it joins.
+func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatus, int, *pidNamespace, error) {
+	var (
+		status <-chan unix.WaitStatus
+		pid    int
+		err    error
+	)
+	startCmd := func() error {
+		status, pid, err = s.reaper.Start(func() (int, error) {
+			if err := proc.cmd.Start(); err != nil {
+				return 0, err
+			}
+			return proc.cmd.Process.Pid, nil
+		})
+		return err
+	}
+	switch {
+	case start.NewPIDNamespace:
+		ns, err := claimPIDNamespace(start.PIDNamespace)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		err = startCmd()
+		ns.start(pid, err)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		return status, pid, ns, nil
+	case start.PIDNamespace != "":
+		fd, err := joinPIDNamespace(start.PIDNamespace)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		defer unix.Close(fd)
+		err = inPIDNamespace(fd, startCmd)
+		return status, pid, nil, err
+	default:
+		err := startCmd()
+		return status, pid, nil, err
+	}
 }
 
 // control applies the host's stdin, signal and resize frames.
@@ -228,8 +269,12 @@ func prepare(start agent.Start) (*process, error) {
 		Chroot:     root,
 		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
 	}
-	if start.Capabilities != nil {
-		useLauncher(cmd, *start.Capabilities)
+	mountProc := start.PIDNamespace != "" && procNeeded(root, start.PIDNamespace)
+	if start.Capabilities != nil || mountProc {
+		useLauncher(cmd, start.Capabilities, mountProc)
+	}
+	if start.NewPIDNamespace {
+		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
 	}
 	return &process{cmd: cmd}, nil
 }
