@@ -194,6 +194,25 @@ func TestShimCRI(t *testing.T) {
 	if got != "pong\n" {
 		t.Errorf("the client container reached the server over localhost as %q", got)
 	}
+	// PID namespaces, as CRI asks: this pod's containers share the
+	// pod's (NamespaceMode_POD, CRI's default), whose PID 1 is the
+	// sandbox's pause; a container asking for its own
+	// (NamespaceMode_CONTAINER, kubelet's default) is PID 1 of it and
+	// sees none of the pod's other processes.
+	pidProbe := []string{"sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; echo self $$; " +
+		"cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c -e '-p 900[0]'"}
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: pidProbe, Timeout: 30}); err != nil ||
+		!strings.HasPrefix(string(res.Stdout), "/bin/sleep 100000 \n") || strings.Contains(string(res.Stdout), "self 1\n") ||
+		strings.HasSuffix(string(res.Stdout), "\n0\n") {
+		t.Errorf("a container sharing the pod's PID namespace (want PID 1 the pause, the server's nc seen): %+v, %v", res, err)
+	}
+	ownPIDs := startWith(&cri.LinuxContainerSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER}},
+		nil, "own-pids", "sleep", "200000")
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: ownPIDs, Cmd: pidProbe, Timeout: 30}); err != nil ||
+		!strings.HasPrefix(string(res.Stdout), "sleep 200000 \n") || strings.Contains(string(res.Stdout), "self 1\n") ||
+		!strings.HasSuffix(string(res.Stdout), "\n0\n") {
+		t.Errorf("a container with a PID namespace of its own (want PID 1 its sleep, no nc of the server): %+v, %v", res, err)
+	}
 	res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: server, Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}, Timeout: 30})
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {
 		t.Errorf("ExecSync: %+v, %v", res, err)

@@ -98,13 +98,16 @@ func pushImages(host string) error {
 }
 
 // pauseImage writes the sandbox image containerd is given, as a
-// docker-save tarball for ctr import: busybox sleeping holds a pod's place.
+// docker-save tarball for ctr import: busybox holds a pod's place, as
+// `tail -f /dev/null` rather than `sleep`, since specs that share the
+// pod's PID namespace look for their own sleep with pgrep (the real
+// pause is a process named pause).
 func pauseImage(dir string) (string, error) {
 	layer, err := busyboxRoot()
 	if err != nil {
 		return "", err
 	}
-	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/sleep", "infinity"}}, layer)
+	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/tail", "-f", "/dev/null"}}, layer)
 	if err != nil {
 		return "", err
 	}
