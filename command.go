@@ -45,6 +45,9 @@ type Command struct {
 	// command already started (or is starting) under that name.
 	PIDNamespace    string
 	NewPIDNamespace bool
+	// Cgroup, if set, names the guest cgroup the command runs in, made if
+	// missing (a container's): NamedMachine.CgroupStats reports its use.
+	Cgroup string
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
@@ -191,7 +194,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
 		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
-		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

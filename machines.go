@@ -1,8 +1,10 @@
 package smol
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -597,6 +599,49 @@ func (m *NamedMachine) session(ctx context.Context, start agent.Start, streams a
 		return agent.Exit{}, fmt.Errorf("machine %s: %w", name, err)
 	}
 	return exit, nil
+}
+
+// CgroupStats returns the use of guest cgroup name, the one commands
+// given Command.Cgroup name run in: its CPU time, memory and processes.
+func (m *NamedMachine) CgroupStats(ctx context.Context, name string) (CgroupStats, error) {
+	if err := agent.ValidCgroupName(name); err != nil {
+		return CgroupStats{}, err
+	}
+	// One frame of plain numbers; anything longer is not an answer.
+	out := &limitedBuffer{max: 4 << 10}
+	exit, err := m.session(ctx, agent.Start{Stats: name}, agent.Streams{Stdout: out})
+	if err != nil {
+		return CgroupStats{}, err
+	}
+	if exit.Error != "" {
+		return CgroupStats{}, fmt.Errorf("%s: %s", m.spec.Name, termsafe.Line(exit.Error))
+	}
+	var st CgroupStats
+	if out.over {
+		return st, fmt.Errorf("%s: the guest's cgroup stats are longer than %d bytes", m.spec.Name, out.max)
+	}
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		return st, fmt.Errorf("%s: the guest's cgroup stats: %w", m.spec.Name, err)
+	}
+	return st, nil
+}
+
+// CgroupStats is a guest cgroup's use (agent.CgroupStats).
+type CgroupStats = agent.CgroupStats
+
+// limitedBuffer keeps at most max bytes written to it and notes more.
+type limitedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		b.over = true
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
 }
 
 // CopyOut copies the file or tree at guestPath in the running machine to

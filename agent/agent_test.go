@@ -253,6 +253,15 @@ func TestStartValidation(t *testing.T) {
 		{"no command", Start{}, false},
 		{"capabilities", Start{Args: []string{"true"}, Capabilities: &Capabilities{Bounding: []uint8{0, 40}, Ambient: []uint8{13}}}, true},
 		{"capability past 63", Start{Args: []string{"true"}, Capabilities: &Capabilities{Permitted: []uint8{64}}}, false},
+		{"a new PID namespace", Start{Args: []string{"true"}, Root: "/r", PIDNamespace: "c1", NewPIDNamespace: true}, true},
+		{"a new PID namespace without a name", Start{Args: []string{"true"}, Root: "/r", NewPIDNamespace: true}, false},
+		{"a PID namespace without a root", Start{Args: []string{"true"}, PIDNamespace: "c1"}, false},
+		{"a cgroup", Start{Args: []string{"true"}, Cgroup: "abc-1.2_3"}, true},
+		{"a cgroup path", Start{Args: []string{"true"}, Cgroup: "../escape"}, false},
+		{"a cgroup named ..", Start{Args: []string{"true"}, Cgroup: ".."}, false},
+		{"stats", Start{Stats: "abc"}, true},
+		{"stats of a path", Start{Stats: "a/b"}, false},
+		{"stats with a command", Start{Stats: "abc", Args: []string{"true"}}, false},
 	} {
 		if err := c.s.Validate(); (err == nil) != c.ok {
 			t.Errorf("%s: Validate() = %v", c.name, err)

@@ -39,6 +39,9 @@ type Start struct {
 	// needs a Root, whose /proc then shows the namespace's processes.
 	PIDNamespace    string `json:"pid_namespace,omitempty"`
 	NewPIDNamespace bool   `json:"new_pid_namespace,omitempty"`
+	// Cgroup, if set, names the guest cgroup the command runs in (made if
+	// missing): a container's, whose use Stats reports.
+	Cgroup string `json:"cgroup,omitempty"`
 	// Groups, if set, are the command's supplementary groups exactly (an
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
@@ -65,6 +68,10 @@ type Start struct {
 	Idle bool `json:"idle,omitempty"`
 	// Copy, instead of a command, moves a file tree (smol machine cp).
 	Copy *Copy `json:"copy,omitempty"`
+	// Stats, instead of a command, asks for the use of the cgroup it
+	// names (see Cgroup): one Stdout frame of JSON CgroupStats, then
+	// the Exit.
+	Stats string `json:"stats,omitempty"`
 	// Identity, applied before anything else, makes a restored or forked
 	// guest a machine of its own (see Identity).
 	Identity *Identity `json:"identity,omitempty"`
@@ -204,6 +211,17 @@ func (s *Start) Validate() error {
 			return err
 		}
 	}
+	if s.Stats != "" {
+		if len(s.Args) != 0 || s.Idle || s.Copy != nil {
+			return errors.New("a stats request has no command")
+		}
+		return ValidCgroupName(s.Stats)
+	}
+	if s.Cgroup != "" {
+		if err := ValidCgroupName(s.Cgroup); err != nil {
+			return err
+		}
+	}
 	if s.Idle || s.Copy != nil {
 		if len(s.Args) != 0 {
 			return errors.New("an idle or copy start has no command")
@@ -269,6 +287,39 @@ func cutEnv(kv string) (k, v string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// ValidCgroupName checks a cgroup's name: one path element of at most
+// MaxNameBytes, letters, digits and . _ - only (containerd's IDs).
+func ValidCgroupName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > MaxNameBytes {
+		return fmt.Errorf("cgroup name %q: want 1 to %d bytes, not . or ..", name, MaxNameBytes)
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("cgroup name %q: only letters, digits and . _ - are allowed", name)
+		}
+	}
+	return nil
+}
+
+// CgroupStats is a cgroup's use, as cgroup v2 counts it (cpu.stat,
+// memory.current, memory.max, memory.stat, pids.current): what
+// containerd's task metrics carry.
+type CgroupStats struct {
+	CPUUsageUsec  uint64 `json:"cpu_usage_usec"`
+	CPUUserUsec   uint64 `json:"cpu_user_usec"`
+	CPUSystemUsec uint64 `json:"cpu_system_usec"`
+	// MemoryUsage is memory.current; MemoryLimit memory.max (0: none).
+	MemoryUsage  uint64 `json:"memory_usage"`
+	MemoryLimit  uint64 `json:"memory_limit,omitempty"`
+	Anon         uint64 `json:"anon"`
+	File         uint64 `json:"file"`
+	ActiveFile   uint64 `json:"active_file"`
+	InactiveFile uint64 `json:"inactive_file"`
+	PageFaults   uint64 `json:"pgfault"`
+	MajorFaults  uint64 `json:"pgmajfault"`
+	Pids         uint64 `json:"pids"`
 }
 
 // Exit is the command's end.

@@ -213,6 +213,25 @@ func TestShimCRI(t *testing.T) {
 		!strings.HasSuffix(string(res.Stdout), "\n0\n") {
 		t.Errorf("a container with a PID namespace of its own (want PID 1 its sleep, no nc of the server): %+v, %v", res, err)
 	}
+	// Stats are each container's own (its guest cgroup): CPU burnt by an
+	// exec in one shows there and not in the other.
+	if _, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "count=300"}, Timeout: 60}); err != nil {
+		t.Fatalf("ExecSync dd: %v", err)
+	}
+	stats := map[string]*cri.ContainerStats{}
+	for _, id := range []string{client, ownPIDs} {
+		st, err := rt.ContainerStats(ctx, &cri.ContainerStatsRequest{ContainerId: id})
+		if err != nil {
+			t.Fatalf("ContainerStats: %v\ncontainerd log:\n%s", err, c.Log())
+		}
+		stats[id] = st.Stats
+	}
+	busy, idle := stats[client].GetCpu().GetUsageCoreNanoSeconds().GetValue(), stats[ownPIDs].GetCpu().GetUsageCoreNanoSeconds().GetValue()
+	t.Logf("container stats: the busy one %v CPU, %d bytes working set; the idle one %v CPU, %d bytes",
+		time.Duration(busy), stats[client].GetMemory().GetWorkingSetBytes().GetValue(), time.Duration(idle), stats[ownPIDs].GetMemory().GetWorkingSetBytes().GetValue())
+	if busy == 0 || busy <= idle || stats[client].GetMemory().GetUsageBytes().GetValue() == 0 {
+		t.Errorf("container stats: the container that ran dd used %v CPU, its idle neighbour %v; memory %+v", time.Duration(busy), time.Duration(idle), stats[client].GetMemory())
+	}
 	res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: server, Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}, Timeout: 30})
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {
 		t.Errorf("ExecSync: %+v, %v", res, err)

@@ -69,6 +69,7 @@ func (p *process) command() smol.Command {
 		c.WritablePaths = p.root.writable
 	}
 	c.PIDNamespace, c.NewPIDNamespace = p.root.pidNamespace, p.root.ownPIDNamespace && p.execID == ""
+	c.Cgroup = p.containerID // every process of a container, for Stats
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}

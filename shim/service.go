@@ -555,10 +555,6 @@ func (s *service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*pt
 // Stats, Update and Checkpoint are not supported: a machine's cgroup
 // figures are not the container's, resources are fixed at the machine's
 // creation, and checkpoints go through smol machine snapshot.
-func (s *service) Stats(context.Context, *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
-	return nil, errdefs.ErrNotImplemented
-}
-
 func (s *service) Update(context.Context, *taskapi.UpdateTaskRequest) (*ptypes.Empty, error) {
 	return nil, errdefs.ErrNotImplemented
 }

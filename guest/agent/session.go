@@ -65,6 +65,8 @@ func (s *session) serve() agent.Start {
 		s.exit(agent.Exit{})
 	} else if start.Copy != nil {
 		s.exit(s.copy(start.Copy, r))
+	} else if start.Stats != "" {
+		s.exit(s.stats(start.Stats))
 	} else {
 		s.exit(s.run(start, r))
 	}
@@ -89,6 +91,14 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 			return agent.Exit{Code: se.code, Error: se.msg}
 		}
 		return agent.Exit{Code: 126, Error: err.Error()}
+	}
+	if start.Cgroup != "" {
+		fd, err := openCgroup(start.Cgroup)
+		if err != nil {
+			return agent.Exit{Code: 126, Error: err.Error()}
+		}
+		defer unix.Close(fd) // once started: clone3 has placed it
+		proc.cmd.SysProcAttr.UseCgroupFD, proc.cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	var stdio *stdio
 	if start.TTY {

@@ -119,6 +119,39 @@ func pauseImage(dir string) (string, error) {
 	return out, tarball.WriteToFile(out, tag, img)
 }
 
+// nginxRef is the image the namespace specs create containers from by its
+// full name, without pulling it (cri-tools' nginxContainerImage).
+const nginxRef = "registry.k8s.io/e2e-test-images/nginx:1.14-2"
+
+// nginxImage writes, as a docker-save tarball for ctr import, a stand-in
+// for nginxRef with what those specs look at: its first process is named
+// nginx (a script's process takes the script's name, which pidof finds),
+// has "master process" in its command line, writes its pid to
+// /var/run/nginx.pid, and serves the web page.
+func nginxImage(dir string) (string, error) {
+	root, err := busyboxRoot()
+	if err != nil {
+		return "", err
+	}
+	script := imagetest.File("usr/sbin/nginx", "#!/bin/sh\necho $$ > /var/run/nginx.pid\nhttpd -f -p 80 -h /www\n")
+	script.Mode = 0o755
+	extra, err := imagetest.Layer(imagetest.Dir("usr/"), imagetest.Dir("usr/sbin/"), script, imagetest.Dir("var/run/"))
+	if err != nil {
+		return "", err
+	}
+	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/usr/sbin:/bin"},
+		Entrypoint: []string{"/usr/sbin/nginx", "-g", "daemon off; master process"}}, root, extra)
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(nginxRef)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "nginx.tar")
+	return out, tarball.WriteToFile(out, tag, img)
+}
+
 // busyboxRoot is a root of the host's static busybox with every applet it
 // has linked in /bin, the suite's users and groups, and a web page.
 func busyboxRoot() (v1.Layer, error) {

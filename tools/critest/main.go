@@ -83,12 +83,14 @@ func run(critest, shim, cniBin, focus string, seed int64, runtimes []string) err
 		return err
 	}
 	defer d.Close()
-	pause, err := pauseImage(work)
-	if err != nil {
-		return err
-	}
-	if code, _, stderr := d.Ctr("images", "import", "--snapshotter", "native", pause); code != 0 {
-		return fmt.Errorf("ctr import: %s", stderr)
+	for _, write := range []func(string) (string, error){pauseImage, nginxImage} {
+		tarball, err := write(work)
+		if err != nil {
+			return err
+		}
+		if code, _, stderr := d.Ctr("images", "import", "--snapshotter", "native", tarball); code != 0 {
+			return fmt.Errorf("ctr import: %s", stderr)
+		}
 	}
 	// The suite pulls these by path only (so as :latest, see pushImages)
 	// and then creates containers by the names given here: both must be
