@@ -133,7 +133,7 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: %w", r.ID, err)
 	}
 	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
-	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID)
+	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID, s.sandboxPIDNamespace(spec))
 	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()
@@ -144,14 +144,15 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 
 // pidNamespace is the guest PID namespace a container's processes run
 // in, from the spec's "pid" namespace entry, as runc reads it: none, the
-// VM's own (a pod with hostPID; "host" here is the pod's VM); one without
-// a path, its own, which its init starts (named by the container's ID);
-// one with a path, another task's. containerd reports every task of a pod
-// with one pid, its VM's, so such a path cannot say which task's it is:
-// it is taken for the pod sandbox's, as CRI gives it for a pod sharing
-// its PID namespace (a container targeting another container's namespace
+// VM's own ("host" here is the pod's VM); one without a path, its own,
+// which its init starts (named by the container's ID); one with a path,
+// another task's. containerd reports every task of a pod with one pid,
+// its VM's, so such a path cannot say which task's it is: it is taken
+// for the pod sandbox's, sandboxNS, which is what CRI gives a container
+// of a pod that shares its namespace and of a hostPID pod, whose sandbox
+// runs in the VM's (a container targeting another container's namespace
 // gets the pod's instead).
-func pidNamespace(spec *specs.Spec, id string) (name string, own bool) {
+func pidNamespace(spec *specs.Spec, id, sandboxNS string) (name string, own bool) {
 	if spec.Linux == nil {
 		return "", false
 	}
@@ -159,15 +160,24 @@ func pidNamespace(spec *specs.Spec, id string) (name string, own bool) {
 		if ns.Type != specs.PIDNamespace {
 			continue
 		}
-		if ns.Path == "" {
-			return id, true
+		if ns.Path == "" || spec.Annotations[sandboxAnnotation] == "" {
+			return id, true // no pod to share with: a namespace of its own
 		}
-		if sb := spec.Annotations[sandboxAnnotation]; sb != "" {
-			return sb, false
-		}
-		return id, true // no pod to share with: a namespace of its own
+		return sandboxNS, false
 	}
 	return "", false
+}
+
+// sandboxPIDNamespace is the PID namespace of the pod sandbox a container
+// spec names (mu held): the sandbox's own, or the VM's when the sandbox
+// has none. A sandbox this shim does not hold is taken to have its own,
+// named by its ID, which a join then waits for.
+func (s *service) sandboxPIDNamespace(spec *specs.Spec) string {
+	sb := spec.Annotations[sandboxAnnotation]
+	if c := s.containers[sb]; c != nil && c.init != nil {
+		return c.init.root.pidNamespace
+	}
+	return sb
 }
 
 // startMachine creates the group's machine, sharing the group's directory

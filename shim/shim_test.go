@@ -59,3 +59,45 @@ func TestCapabilitiesFromSpec(t *testing.T) {
 		t.Error("no capabilities in the spec became some")
 	}
 }
+
+// TestPIDNamespaceFromSpec: as CRI writes specs, a container's processes
+// run in its own namespace (an entry without a path; its init starts
+// it, its execs join), in the pod sandbox's (a path: a pod sharing its
+// namespace, or a hostPID pod whose sandbox runs in the VM's), or in the
+// VM's (no entry: a hostPID sandbox, or a spec without Linux).
+func TestPIDNamespaceFromSpec(t *testing.T) {
+	spec := func(sandbox string, entries ...specs.LinuxNamespace) *specs.Spec {
+		s := &specs.Spec{Linux: &specs.Linux{Namespaces: append([]specs.LinuxNamespace{{Type: specs.NetworkNamespace}}, entries...)}}
+		if sandbox != "" {
+			s.Annotations = map[string]string{sandboxAnnotation: sandbox}
+		}
+		return s
+	}
+	own := specs.LinuxNamespace{Type: specs.PIDNamespace}
+	shared := specs.LinuxNamespace{Type: specs.PIDNamespace, Path: "/proc/42/ns/pid"}
+	for _, c := range []struct {
+		what      string
+		spec      *specs.Spec
+		sandboxNS string
+		name      string
+		starts    bool
+	}{
+		{"a container of its own (NamespaceMode_CONTAINER)", spec("sb", own), "sb", "c1", true},
+		{"a lone container (ctr run)", spec("", own), "", "c1", true},
+		{"a container sharing its pod's", spec("sb", shared), "sb", "sb", false},
+		{"a container of a hostPID pod", spec("sb", shared), "", "", false},
+		{"a hostPID sandbox", spec("sb"), "", "", false},
+		{"a path without a pod", spec("", shared), "", "c1", true},
+		{"no Linux section", &specs.Spec{}, "sb", "", false},
+	} {
+		p := newProcess("c1", "", guestRoot{path: "/r"}, &specs.Process{Args: []string{"true"}}, "", "", "", false)
+		p.root.pidNamespace, p.root.ownPIDNamespace = pidNamespace(c.spec, "c1", c.sandboxNS)
+		if cmd := p.command(); cmd.PIDNamespace != c.name || cmd.NewPIDNamespace != c.starts {
+			t.Errorf("%s: namespace %q (starts it: %v), want %q (%v)", c.what, cmd.PIDNamespace, cmd.NewPIDNamespace, c.name, c.starts)
+		}
+		exec := newProcess("c1", "e1", p.root, &specs.Process{Args: []string{"true"}}, "", "", "", false)
+		if cmd := exec.command(); cmd.PIDNamespace != c.name || cmd.NewPIDNamespace {
+			t.Errorf("%s: an exec's namespace %q (starts it: %v), want to join %q", c.what, cmd.PIDNamespace, cmd.NewPIDNamespace, c.name)
+		}
+	}
+}

@@ -78,8 +78,14 @@ func openCgroup(name string) (int, error) {
 }
 
 // stats answers a Stats request: the cgroup's counters as one Stdout
-// frame of JSON.
+// frame of JSON. A container asked for before its first process reached
+// the guest has its cgroup made here, and counts nothing yet.
 func (s *session) stats(name string) agent.Exit {
+	fd, err := openCgroup(name)
+	if err != nil {
+		return agent.Exit{Code: 1, Error: err.Error()}
+	}
+	unix.Close(fd)
 	st, err := readCgroupStats(filepath.Join(containerCgroups, name))
 	if err != nil {
 		return agent.Exit{Code: 1, Error: fmt.Sprintf("cgroup %s: %v", name, err)}

@@ -37,16 +37,17 @@ func main() {
 	shim := flag.String("shim", "bin/containerd-shim-smol-v2", "smol's shim")
 	runtimes := flag.String("runtimes", "runc,smol", "runtime handlers to run the suite with, in order")
 	focus := flag.String("focus", "", "run only the specs matching this regular expression (ginkgo.focus)")
+	daemonLog := flag.Bool("daemon-log", false, "print containerd's log (with the shims' lines) after the suite")
 	seed := flag.Int64("seed", 0, "the suite's spec order (ginkgo.seed; 0: a random one, printed): two runs with one seed run their specs in the same order, so a run cut short compares with the same specs of another")
 	cniBin := flag.String("cni", "/usr/lib/cni", "the CNI plugins (Debian's containernetworking-plugins)")
 	flag.Parse()
-	if err := run(*critest, *shim, *cniBin, *focus, *seed, strings.Split(*runtimes, ",")); err != nil {
+	if err := run(*critest, *shim, *cniBin, *focus, *seed, strings.Split(*runtimes, ","), *daemonLog); err != nil {
 		fmt.Fprintln(os.Stderr, "critest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(critest, shim, cniBin, focus string, seed int64, runtimes []string) error {
+func run(critest, shim, cniBin, focus string, seed int64, runtimes []string, printDaemonLog bool) error {
 	for _, p := range []*string{&critest, &shim} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
@@ -104,12 +105,15 @@ func run(critest, shim, cniBin, focus string, seed int64, runtimes []string) err
 	for _, rt := range runtimes {
 		fmt.Printf("== critest with the runtime handler %s\n", rt)
 		began := time.Now()
-		r, err := suite(critest, d.Sock, rt, host, images, focus, seed, filepath.Join(work, "report-"+rt))
+		r, err := suite(critest, d.Sock, rt, host, images, focus, seed, filepath.Join(work, "report-"+rt), d.Log)
 		if err != nil {
 			return fmt.Errorf("%s: %w", rt, err)
 		}
 		r.took = time.Since(began)
 		results = append(results, r)
+	}
+	if printDaemonLog {
+		fmt.Printf("== containerd's log\n%s\n", d.Log())
 	}
 	fmt.Println()
 	for _, r := range results {
@@ -137,12 +141,16 @@ var (
 	failLine   = regexp.MustCompile(`^\s*\[FAIL\] (.*)$`)
 )
 
-func suite(critest, sock, runtime, registryHost, images, focus string, seed int64, reportDir string) (result, error) {
+// suite runs critest once; when it prints nothing for quietLimit (a spec
+// hangs), containerd's log's last lines are printed, the shim's side.
+func suite(critest, sock, runtime, registryHost, images, focus string, seed int64, reportDir string, daemonLog func() string) (result, error) {
 	args := []string{
 		"-runtime-endpoint", "unix://" + sock, "-image-endpoint", "unix://" + sock,
 		"-runtime-handler", runtime, "-registry-prefix", registryHost,
 		"-test-images-file", images, "-report-dir", reportDir,
 		"-ginkgo.no-color", "-ginkgo.timeout", "2h",
+		// A spec that hangs says where, and with what, every 2 minutes.
+		"-ginkgo.poll-progress-after", "2m", "-ginkgo.poll-progress-interval", "2m",
 	}
 	if focus != "" {
 		args = append(args, "-ginkgo.focus", focus)
@@ -163,7 +171,10 @@ func suite(critest, sock, runtime, registryHost, images, focus string, seed int6
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	summarized, listing := false, false
+	quiet := time.AfterFunc(quietLimit, func() { printQuiet(daemonLog()) })
+	defer quiet.Stop()
 	for sc.Scan() {
+		quiet.Reset(quietLimit)
 		line := sc.Text()
 		fmt.Println(line)
 		if m := ranLine.FindStringSubmatch(line); m != nil {
@@ -187,6 +198,17 @@ func suite(critest, sock, runtime, registryHost, images, focus string, seed int6
 		return r, fmt.Errorf("critest ended without its summary")
 	}
 	return r, nil
+}
+
+// quietLimit is how long critest may print nothing before containerd's
+// log is shown.
+const quietLimit = 3 * time.Minute
+
+// printQuiet prints the last lines of containerd's log.
+func printQuiet(log string) {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	lines = lines[max(0, len(lines)-40):]
+	fmt.Printf("== critest quiet for %v; containerd's log ends:\n%s\n", quietLimit, strings.Join(lines, "\n"))
 }
 
 // mountCgroups mounts the cgroup v2 hierarchy where runc looks for it when
