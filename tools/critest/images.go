@@ -182,8 +182,19 @@ func busyboxRoot() (v1.Layer, error) {
 		pgrep.Mode = 0o755
 		entries = append(entries, pgrep)
 	}
+	if !slices.Contains(applets, "ipcs") { // the same for ipcs -m
+		ipcs := imagetest.File("bin/ipcs", ipcsScript)
+		ipcs.Mode = 0o755
+		entries = append(entries, ipcs)
+	}
 	return imagetest.Layer(entries...)
 }
+
+// ipcsScript stands in for ipcs -m as the suite uses it: the shared
+// memory segments the container's IPC namespace has, by id.
+const ipcsScript = `#!/bin/sh
+cat /proc/sysvipc/shm
+`
 
 // pgrepScript stands in for pgrep PATTERN as the suite uses it: the pids
 // of the processes whose name contains PATTERN, status 1 if none.
