@@ -186,7 +186,9 @@ func TestShimCRI(t *testing.T) {
 	for i := 0; i < 20 && got != "pong\n"; i++ { // the server may not listen yet
 		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"sh", "-c", "echo ping | busybox nc -w 3 127.0.0.1 9000"}, Timeout: 30})
 		if err != nil {
-			t.Fatalf("ExecSync: %v", err)
+			st, _ := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: client})
+			log, _ := os.ReadFile(filepath.Join(dir, "logs", "client.log"))
+			t.Fatalf("ExecSync: %v; the client container: %+v, its log %q\ncontainerd log:\n%s", err, st.GetStatus(), log, c.Log())
 		}
 		got = string(res.Stdout)
 		time.Sleep(500 * time.Millisecond)
@@ -214,23 +216,31 @@ func TestShimCRI(t *testing.T) {
 		t.Errorf("a container with a PID namespace of its own (want PID 1 its sleep, no nc of the server): %+v, %v", res, err)
 	}
 	// Stats are each container's own (its guest cgroup): CPU burnt by an
-	// exec in one shows there and not in the other.
-	if _, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "count=300"}, Timeout: 60}); err != nil {
-		t.Fatalf("ExecSync dd: %v", err)
-	}
-	stats := map[string]*cri.ContainerStats{}
-	for _, id := range []string{client, ownPIDs} {
-		st, err := rt.ContainerStats(ctx, &cri.ContainerStatsRequest{ContainerId: id})
-		if err != nil {
-			t.Fatalf("ContainerStats: %v\ncontainerd log:\n%s", err, c.Log())
+	// exec in one (a shell loop) shows there and not in its idle
+	// neighbour's.
+	cpuOf := func() (busy, idle uint64) {
+		t.Helper()
+		var ns [2]uint64
+		for i, id := range []string{client, ownPIDs} {
+			st, err := rt.ContainerStats(ctx, &cri.ContainerStatsRequest{ContainerId: id})
+			if err != nil {
+				t.Fatalf("ContainerStats: %v\ncontainerd log:\n%s", err, c.Log())
+			}
+			if st.Stats.GetMemory().GetUsageBytes().GetValue() == 0 || st.Stats.GetMemory().GetWorkingSetBytes().GetValue() == 0 {
+				t.Errorf("container stats: no memory in use: %+v", st.Stats.GetMemory())
+			}
+			ns[i] = st.Stats.GetCpu().GetUsageCoreNanoSeconds().GetValue()
 		}
-		stats[id] = st.Stats
+		return ns[0], ns[1]
 	}
-	busy, idle := stats[client].GetCpu().GetUsageCoreNanoSeconds().GetValue(), stats[ownPIDs].GetCpu().GetUsageCoreNanoSeconds().GetValue()
-	t.Logf("container stats: the busy one %v CPU, %d bytes working set; the idle one %v CPU, %d bytes",
-		time.Duration(busy), stats[client].GetMemory().GetWorkingSetBytes().GetValue(), time.Duration(idle), stats[ownPIDs].GetMemory().GetWorkingSetBytes().GetValue())
-	if busy == 0 || busy <= idle || stats[client].GetMemory().GetUsageBytes().GetValue() == 0 {
-		t.Errorf("container stats: the container that ran dd used %v CPU, its idle neighbour %v; memory %+v", time.Duration(busy), time.Duration(idle), stats[client].GetMemory())
+	busy0, idle0 := cpuOf()
+	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"sh", "-c", "i=0; while [ $i -lt 50000 ]; do i=$((i+1)); done"}, Timeout: 120}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ExecSync of a busy loop: %+v, %v", res, err)
+	}
+	busy1, idle1 := cpuOf()
+	t.Logf("container stats: CPU over a busy loop in one container: %v there, %v in its idle neighbour", time.Duration(busy1-busy0), time.Duration(idle1-idle0))
+	if busy1 <= busy0 || busy1-busy0 <= idle1-idle0 {
+		t.Errorf("container stats: the container that ran the loop used %v CPU (%d to %d ns), its idle neighbour %v", time.Duration(busy1-busy0), busy0, busy1, time.Duration(idle1-idle0))
 	}
 	res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: server, Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}, Timeout: 30})
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 5 {

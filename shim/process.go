@@ -154,7 +154,11 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 			code = ce.Code
 		case err != nil:
 			code = 255 // the machine failed under it
-			log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID).Error("smol: the process ended without an exit status")
+			entry := log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID)
+			if st, serr := m.Status(ctx); serr == nil { // why, when the machine is what ended
+				entry = entry.WithField("machine", st.State).WithField("machineError", st.Error).WithField("console", st.LastConsole)
+			}
+			entry.Error("smol: the process ended without an exit status")
 		}
 		closeAll(closers)
 		p.mu.Lock()
