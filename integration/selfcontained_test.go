@@ -39,14 +39,22 @@ func TestCopiedBinaryRunsAlone(t *testing.T) {
 	}
 	env = append(env, "HOME="+filepath.Join(dir, "home"), "SMOL_HOME="+filepath.Join(dir, "smolhome"))
 	for _, args := range [][]string{{"run", "--", "echo", "hi"}, {"run", "--image", img, "--", "echo", "hi"}} {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = dir, env
-		out, err := cmd.Output()
-		if err != nil || string(out) != "hi\n" {
+		run := func() (string, []byte, error) {
+			cmd := exec.Command(bin, args...)
+			cmd.Dir, cmd.Env = dir, env
+			out, err := cmd.Output()
 			var stderr []byte
 			if ee, ok := err.(*exec.ExitError); ok {
 				stderr = ee.Stderr
 			}
+			return string(out), stderr, err
+		}
+		out, stderr, err := run()
+		if err != nil && silentTripleFaultReport(string(stderr)) {
+			t.Logf("KNOWN ISSUE: guest triple-faulted in the reset state, running it again: %s", stderr)
+			out, stderr, err = run()
+		}
+		if err != nil || out != "hi\n" {
 			t.Fatalf("the copied smol %v: %q, %v: %s", args, out, err, stderr)
 		}
 	}
