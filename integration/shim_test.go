@@ -77,6 +77,8 @@ func TestShimRunsContainers(t *testing.T) {
 	}
 	if code, _, stderr := run("missing", "no-such-command"); code == 0 {
 		t.Errorf("a missing command: exit %d, %q", code, stderr)
+	} else {
+		t.Logf("a missing command: exit %d, %q", code, stderr)
 	}
 	// It ran in a smol machine: its kernel command line is smol's.
 	if code, out, stderr := run("where", "cat", "/proc/cmdline"); code != 0 || !strings.Contains(out, "smol.shares=") {
@@ -115,7 +117,7 @@ func TestShimRunsContainers(t *testing.T) {
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Errorf("machines left after every task was deleted: %v", names)
+		t.Errorf("machines left after every task was deleted: %v\ncontainerd log:\n%s", names, c.Log())
 	}
 }
 
