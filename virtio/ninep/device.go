@@ -110,9 +110,40 @@ type bridge struct {
 	done     chan struct{}
 	once     sync.Once
 
+	request []byte // the worker's buffer for one T-message, reused
+
 	mu      sync.Mutex
 	pending map[uint16]*virtio.Chain
-	partial []byte // a reply the server is still writing
+	partial []byte  // a reply the server is still writing
+	head    [4]byte // where partial starts, until its size field is whole
+}
+
+// Large replies (Rread's data) are collected in buffers that are used
+// again once the worker has copied them into their chains: a sequential
+// read would otherwise allocate, zero and later collect one buffer of the
+// mount's msize per request, which is most of a read's cost in a nested
+// box where every fresh page of the heap is a fault.
+const largeReply = 64 << 10
+
+var replyBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, MaxMessage+4096)
+	return &b
+}}
+
+// replyBuffer returns an empty buffer with room for a size-byte reply.
+func replyBuffer(size int) []byte {
+	if size < largeReply {
+		return make([]byte, 0, size)
+	}
+	return (*replyBuffers.Get().(*[]byte))[:0]
+}
+
+// recycle takes back a reply's buffer once it is in guest memory.
+func recycle(m []byte) {
+	if cap(m) == MaxMessage+4096 {
+		m = m[:0]
+		replyBuffers.Put(&m)
+	}
 }
 
 func newBridge() *bridge {
@@ -129,26 +160,39 @@ func (b *bridge) close() {
 }
 
 // Write implements io.Writer for the server: it collects bytes into whole
-// replies (size[4] type[1] tag[2] ...) and queues each for the worker.
+// replies (size[4] type[1] tag[2] ...), each in a buffer of its size, and
+// queues each for the worker. The server writes a reply in two or three
+// pieces; any other cut works as well.
 func (b *bridge) Write(p []byte) (int, error) {
+	n := len(p)
 	b.mu.Lock()
-	b.partial = append(b.partial, p...)
 	var done [][]byte
-	for len(b.partial) >= 7 {
+	for len(p) > 0 {
+		if b.partial == nil {
+			b.partial = b.head[:0]
+		}
+		if len(b.partial) < 4 { // the size field is not whole yet
+			k := min(4-len(b.partial), len(p))
+			b.partial = append(b.partial, p[:k]...)
+			p = p[k:]
+			if len(b.partial) < 4 {
+				break
+			}
+			size := int(binary.LittleEndian.Uint32(b.partial))
+			if size < 7 || size > MaxMessage+4096 {
+				b.partial = nil
+				b.mu.Unlock()
+				return 0, fmt.Errorf("virtio-9p: the server wrote a %d-byte message", size)
+			}
+			b.partial = append(replyBuffer(size), b.partial...)
+			continue
+		}
 		size := int(binary.LittleEndian.Uint32(b.partial))
-		if size < 7 || size > MaxMessage+4096 {
-			b.mu.Unlock()
-			return 0, fmt.Errorf("virtio-9p: the server wrote a %d-byte message", size)
-		}
-		if len(b.partial) < size {
-			break
-		}
-		// The reply is handed over as it is; the next one starts a new
-		// buffer (the server writes a reply in two or three pieces).
-		done = append(done, b.partial[:size:size])
-		if rest := b.partial[size:]; len(rest) > 0 {
-			b.partial = append([]byte(nil), rest...)
-		} else {
+		k := min(size-len(b.partial), len(p))
+		b.partial = append(b.partial, p[:k]...)
+		p = p[k:]
+		if len(b.partial) == size {
+			done = append(done, b.partial)
 			b.partial = nil
 		}
 	}
@@ -160,7 +204,7 @@ func (b *bridge) Write(p []byte) (int, error) {
 			return 0, io.ErrClosedPipe
 		}
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // Close implements io.Closer for the server's side.
@@ -201,7 +245,7 @@ func (b *bridge) take(life *virtio.Worker, q *virtio.Queue) bool {
 		if c == nil {
 			return true
 		}
-		msg, tag, err := request(c)
+		msg, tag, err := b.read(c)
 		if err != nil {
 			slog.Debug("virtio-9p: dropping a malformed request", "err", err)
 			q.Complete(c, 0, life.Interrupt, 0)
@@ -224,14 +268,19 @@ func (b *bridge) take(life *virtio.Worker, q *virtio.Queue) bool {
 	return true
 }
 
-// request copies a chain's T-message out of guest memory and checks its
-// framing: the stream the server reads must never lose its place.
-func request(c *virtio.Chain) ([]byte, uint16, error) {
+// read copies a chain's T-message out of guest memory into the worker's
+// buffer, which is free again once the server has read it from the pipe,
+// and checks its framing: the stream the server reads must never lose its
+// place.
+func (b *bridge) read(c *virtio.Chain) ([]byte, uint16, error) {
 	n := c.ReadableLen()
 	if n < 7 || n > MaxMessage+4096 {
 		return nil, 0, fmt.Errorf("a request of %d bytes", n)
 	}
-	msg := make([]byte, n)
+	if uint64(cap(b.request)) < n {
+		b.request = make([]byte, n)
+	}
+	msg := b.request[:n]
 	if _, err := io.ReadFull(c.NewReader(), msg); err != nil {
 		return nil, 0, err
 	}
@@ -249,12 +298,14 @@ func (b *bridge) reply(life *virtio.Worker, q *virtio.Queue, m []byte) {
 	delete(b.pending, tag)
 	b.mu.Unlock()
 	if c == nil {
+		recycle(m)
 		return // a reply to a flushed request
 	}
 	w := c.NewWriter()
 	if _, err := w.Write(m); err != nil {
 		slog.Debug("virtio-9p: reply does not fit its request", "tag", tag, "err", err)
 	}
+	recycle(m)
 	if err := q.Complete(c, w.Written(), life.Interrupt, 0); err != nil {
 		slog.Warn("virtio-9p: complete request", "err", err)
 	}
