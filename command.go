@@ -48,6 +48,10 @@ type Command struct {
 	// Cgroup, if set, names the guest cgroup the command runs in, made if
 	// missing (a container's): NamedMachine.CgroupStats reports its use.
 	Cgroup string
+	// Limits, with Cgroup, are set on the cgroup before the command
+	// starts (all of them; zero is none): a container's resources.
+	// NamedMachine.SetCgroupLimits changes them later.
+	Limits *CgroupLimits
 	// Groups, if set, are the command's supplementary groups exactly; nil
 	// takes the user's from the image's /etc/group.
 	Groups []uint32
@@ -71,6 +75,9 @@ type Command struct {
 
 // Winsize is a terminal size in characters.
 type Winsize = agent.Winsize
+
+// CgroupLimits are a guest cgroup's memory, process and CPU limits.
+type CgroupLimits = agent.CgroupLimits
 
 // Capabilities are a command's Linux capability sets, by number
 // (agent.CapabilityNumber maps OCI names).
@@ -194,7 +201,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
 		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
-		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Limits: cmd.Limits, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

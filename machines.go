@@ -550,24 +550,42 @@ func (m *NamedMachine) lifecycle(ctx context.Context, what string) error {
 // semantics of RunCommand: the exit status, separate streams, stdin, TTY,
 // signals. Many execs may run at once.
 func (m *NamedMachine) Exec(ctx context.Context, cmd Command) (int, error) {
+	st, err := m.Run(ctx, cmd)
+	return st.Code, err
+}
+
+// ExitStatus is how a command in a machine ended.
+type ExitStatus struct {
+	// Code is what Exec returns: the exit code, or 128+N for signal N.
+	Code int
+	// OOMKilled: the guest kernel's OOM killer ended a process in the
+	// command's cgroup (Command.Cgroup) while it ran, its memory limit
+	// (Command.Limits) reached.
+	OOMKilled bool
+}
+
+// Run is Exec that also says whether the command's cgroup ran out of
+// memory (what a container runtime reports as OOMKilled).
+func (m *NamedMachine) Run(ctx context.Context, cmd Command) (ExitStatus, error) {
 	cmd.Env = append(append([]string(nil), m.spec.Env...), cmd.Env...)
 	cmd.Dir = first(cmd.Dir, m.spec.Workdir)
 	cmd.User = first(cmd.User, m.spec.User)
 	start, err := startRequest(m.image(), cmd)
 	if err != nil {
-		return 0, err
+		return ExitStatus{}, err
 	}
 	start.PowerOff = false
 	exit, err := m.session(ctx, start, agent.Streams{
 		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, Signals: cmd.Signals, Resize: cmd.Resize,
 	})
 	if err != nil {
-		return 0, err
+		return ExitStatus{}, err
 	}
+	st := ExitStatus{Code: exit.Code, OOMKilled: exit.OOMKilled}
 	if exit.Error != "" {
-		return exit.Code, &CommandError{Code: exit.Code, Msg: exit.Error}
+		return st, &CommandError{Code: exit.Code, Msg: exit.Error}
 	}
-	return exit.Code, nil
+	return st, nil
 }
 
 // session runs one agent session in the running machine.
@@ -624,6 +642,25 @@ func (m *NamedMachine) CgroupStats(ctx context.Context, name string) (CgroupStat
 		return st, fmt.Errorf("%s: the guest's cgroup stats: %w", m.spec.Name, err)
 	}
 	return st, nil
+}
+
+// SetCgroupLimits sets the limits of guest cgroup name (made if missing),
+// the one commands given Command.Cgroup name run in: all of them, zero
+// as none. Processes already in it are held to them from now on (memory
+// past a lowered limit is reclaimed, or the OOM killer ends them).
+func (m *NamedMachine) SetCgroupLimits(ctx context.Context, name string, limits CgroupLimits) error {
+	start := agent.Start{Update: name, Limits: &limits}
+	if err := start.Validate(); err != nil {
+		return err
+	}
+	exit, err := m.session(ctx, start, agent.Streams{})
+	if err != nil {
+		return err
+	}
+	if exit.Error != "" {
+		return fmt.Errorf("%s: %s", m.spec.Name, termsafe.Line(exit.Error))
+	}
+	return nil
 }
 
 // CgroupStats is a guest cgroup's use (agent.CgroupStats).

@@ -262,6 +262,19 @@ func TestStartValidation(t *testing.T) {
 		{"stats", Start{Stats: "abc"}, true},
 		{"stats of a path", Start{Stats: "a/b"}, false},
 		{"stats with a command", Start{Stats: "abc", Args: []string{"true"}}, false},
+		{"limits", Start{Args: []string{"true"}, Cgroup: "c", Limits: &CgroupLimits{MemoryMax: 1 << 20, PidsMax: 5, CPUWeight: 10000, CPUQuotaUsec: 1000, CPUPeriodUsec: 1000000}}, true},
+		{"limits without a cgroup", Start{Args: []string{"true"}, Limits: &CgroupLimits{}}, false},
+		{"a CPU weight past 10000", Start{Args: []string{"true"}, Cgroup: "c", Limits: &CgroupLimits{CPUWeight: 10001}}, false},
+		{"a CPU period under 1 ms", Start{Args: []string{"true"}, Cgroup: "c", Limits: &CgroupLimits{CPUPeriodUsec: 999}}, false},
+		{"a CPU period over 1 s", Start{Args: []string{"true"}, Cgroup: "c", Limits: &CgroupLimits{CPUPeriodUsec: 1000001}}, false},
+		{"a CPU quota under 1 ms", Start{Args: []string{"true"}, Cgroup: "c", Limits: &CgroupLimits{CPUQuotaUsec: 999}}, false},
+		{"an update", Start{Update: "c", Limits: &CgroupLimits{MemoryMax: 1 << 30}}, true},
+		{"an update without limits", Start{Update: "c"}, false},
+		{"an update with a command", Start{Update: "c", Limits: &CgroupLimits{}, Args: []string{"true"}}, false},
+		{"an update of a path", Start{Update: "../c", Limits: &CgroupLimits{}}, false},
+		{"an update with bad limits", Start{Update: "c", Limits: &CgroupLimits{CPUWeight: 20000}}, false},
+		{"stats and an update", Start{Stats: "c", Update: "c", Limits: &CgroupLimits{}}, false},
+		{"stats with limits", Start{Stats: "c", Limits: &CgroupLimits{}}, false},
 	} {
 		if err := c.s.Validate(); (err == nil) != c.ok {
 			t.Errorf("%s: Validate() = %v", c.name, err)

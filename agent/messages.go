@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -42,6 +43,10 @@ type Start struct {
 	// Cgroup, if set, names the guest cgroup the command runs in (made if
 	// missing): a container's, whose use Stats reports.
 	Cgroup string `json:"cgroup,omitempty"`
+	// Limits, with Cgroup, are set on the cgroup before the command
+	// starts in it (an OCI container's resources): all of them, an unset
+	// one as no limit. nil leaves the cgroup's limits as they are.
+	Limits *CgroupLimits `json:"limits,omitempty"`
 	// Groups, if set, are the command's supplementary groups exactly (an
 	// OCI process's additionalGids), instead of the user's groups in the
 	// root's /etc/group.
@@ -72,6 +77,9 @@ type Start struct {
 	// names (see Cgroup): one Stdout frame of JSON CgroupStats, then
 	// the Exit.
 	Stats string `json:"stats,omitempty"`
+	// Update, instead of a command, sets Limits on the cgroup it names
+	// (made if missing): a running container's new resources.
+	Update string `json:"update,omitempty"`
 	// Identity, applied before anything else, makes a restored or forked
 	// guest a machine of its own (see Identity).
 	Identity *Identity `json:"identity,omitempty"`
@@ -211,14 +219,34 @@ func (s *Start) Validate() error {
 			return err
 		}
 	}
-	if s.Stats != "" {
-		if len(s.Args) != 0 || s.Idle || s.Copy != nil {
-			return errors.New("a stats request has no command")
+	if s.Stats != "" || s.Update != "" {
+		switch {
+		case len(s.Args) != 0 || s.Idle || s.Copy != nil || s.Cgroup != "":
+			return errors.New("a stats or update request has no command")
+		case s.Stats != "" && s.Update != "":
+			return errors.New("a request is for stats or an update, not both")
+		case s.Update != "" && s.Limits == nil:
+			return errors.New("an update without limits")
+		case s.Stats != "" && s.Limits != nil:
+			return errors.New("a stats request sets no limits")
 		}
-		return ValidCgroupName(s.Stats)
+		if s.Limits != nil {
+			if err := s.Limits.Validate(); err != nil {
+				return err
+			}
+		}
+		return ValidCgroupName(s.Stats + s.Update)
 	}
 	if s.Cgroup != "" {
 		if err := ValidCgroupName(s.Cgroup); err != nil {
+			return err
+		}
+	}
+	if s.Limits != nil {
+		if s.Cgroup == "" {
+			return errors.New("limits need a cgroup")
+		}
+		if err := s.Limits.Validate(); err != nil {
 			return err
 		}
 	}
@@ -303,6 +331,50 @@ func ValidCgroupName(name string) error {
 	return nil
 }
 
+// CgroupLimits are a cgroup's resource limits (cgroup v2): what an OCI
+// container's linux.resources ask for, in the kernel's own units. Zero
+// is no limit (or, for CPUWeight, the kernel's default of 100).
+type CgroupLimits struct {
+	// MemoryMax is memory.max in bytes: past it the cgroup's memory is
+	// reclaimed, and what cannot be is ended by the OOM killer.
+	MemoryMax uint64 `json:"memory_max,omitempty"`
+	// PidsMax is pids.max: forks beyond it fail.
+	PidsMax uint64 `json:"pids_max,omitempty"`
+	// CPUWeight is cpu.weight, 1 to 10000: the cgroup's share of the CPUs
+	// against its siblings when they compete.
+	CPUWeight uint64 `json:"cpu_weight,omitempty"`
+	// CPUQuotaUsec of every CPUPeriodUsec is cpu.max: the CPU time the
+	// cgroup may use per period, over all CPUs. A zero period is the
+	// kernel's default, 100 ms.
+	CPUQuotaUsec  uint64 `json:"cpu_quota_usec,omitempty"`
+	CPUPeriodUsec uint64 `json:"cpu_period_usec,omitempty"`
+}
+
+// The kernel's bounds on cpu.max and cpu.weight.
+const (
+	MinCPUPeriodUsec     = 1000
+	MaxCPUPeriodUsec     = 1000000
+	DefaultCPUPeriodUsec = 100000
+	MinCPUQuotaUsec      = 1000
+	MaxCPUWeight         = 10000
+)
+
+// Validate checks limits against the kernel's bounds, so that a bad value
+// is refused with a reason instead of a bare EINVAL from a cgroup file.
+func (l *CgroupLimits) Validate() error {
+	switch {
+	case l.CPUWeight > MaxCPUWeight:
+		return fmt.Errorf("a CPU weight of %d (1 to %d)", l.CPUWeight, MaxCPUWeight)
+	case l.CPUPeriodUsec != 0 && (l.CPUPeriodUsec < MinCPUPeriodUsec || l.CPUPeriodUsec > MaxCPUPeriodUsec):
+		return fmt.Errorf("a CPU period of %d µs (%d to %d)", l.CPUPeriodUsec, MinCPUPeriodUsec, MaxCPUPeriodUsec)
+	case l.CPUQuotaUsec != 0 && l.CPUQuotaUsec < MinCPUQuotaUsec:
+		return fmt.Errorf("a CPU quota of %d µs (at least %d)", l.CPUQuotaUsec, MinCPUQuotaUsec)
+	case l.CPUQuotaUsec > math.MaxInt64/1000:
+		return fmt.Errorf("a CPU quota of %d µs", l.CPUQuotaUsec)
+	}
+	return nil
+}
+
 // CgroupStats is a cgroup's use, as cgroup v2 counts it (cpu.stat,
 // memory.current, memory.max, memory.stat, pids.current): what
 // containerd's task metrics carry.
@@ -330,6 +402,10 @@ type Exit struct {
 	Code   int    `json:"code"`
 	Signal int    `json:"signal,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// OOMKilled says the kernel's OOM killer ended a process in the
+	// command's cgroup (Start.Cgroup) while the command ran: the cgroup
+	// reached its memory limit.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Winsize is a terminal's size in characters.

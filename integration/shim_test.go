@@ -165,11 +165,11 @@ func TestShimCRI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v\ncontainerd log:\n%s", err, c.Log())
 	}
-	startWith := func(sc *cri.LinuxContainerSecurityContext, mounts []*cri.Mount, name string, cmd ...string) string {
+	startLinux := func(linux *cri.LinuxContainerConfig, mounts []*cri.Mount, name string, cmd ...string) string {
 		t.Helper()
 		cr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: podCfg,
 			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: appRef},
-				Command: cmd, LogPath: name + ".log", Linux: &cri.LinuxContainerConfig{SecurityContext: sc}, Mounts: mounts}})
+				Command: cmd, LogPath: name + ".log", Linux: linux, Mounts: mounts}})
 		if err != nil {
 			t.Fatalf("CreateContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
@@ -177,6 +177,10 @@ func TestShimCRI(t *testing.T) {
 			t.Fatalf("StartContainer %s: %v\ncontainerd log:\n%s", name, err, c.Log())
 		}
 		return cr.ContainerId
+	}
+	startWith := func(sc *cri.LinuxContainerSecurityContext, mounts []*cri.Mount, name string, cmd ...string) string {
+		t.Helper()
+		return startLinux(&cri.LinuxContainerConfig{SecurityContext: sc}, mounts, name, cmd...)
 	}
 	start := func(name string, cmd ...string) string {
 		t.Helper()
@@ -309,22 +313,59 @@ func TestShimCRI(t *testing.T) {
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "the host's own\n" {
 		t.Errorf("the host file the image's symlinks named: %q, %v", b, err)
 	}
-	quitter := start("quitter", "sh", "-c", "exit 7")
-	for i := 0; ; i++ {
-		st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: quitter})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
-			if st.Status.ExitCode != 7 {
-				t.Errorf("the container's exit code %d, want 7", st.Status.ExitCode)
+	// A container's resources are its cgroup's limits: a 20 MiB buffer
+	// is more than a 16 MiB limit allows (the OOM killer ends it, and
+	// CRI says OOMKilled), and fits a container without one. A CPU quota
+	// set by UpdateContainerResources holds a busy loop to it.
+	ended := func(id string) *cri.ContainerStatus {
+		t.Helper()
+		for i := 0; ; i++ {
+			st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: id})
+			if err != nil {
+				t.Fatal(err)
 			}
-			break
+			if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
+				return st.Status
+			}
+			if i == 100 {
+				t.Fatalf("the container never exited: %v", st.Status.State)
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
-		if i == 100 {
-			t.Fatalf("the container never exited: %v", st.Status.State)
+	}
+	hog := []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=20M", "count=1"}
+	limited := startLinux(&cri.LinuxContainerConfig{Resources: &cri.LinuxContainerResources{MemoryLimitInBytes: 16 << 20}}, nil, "limited", hog...)
+	unlimited := start("unlimited", hog...)
+	if st := ended(limited); st.ExitCode != 137 || st.Reason != "OOMKilled" {
+		t.Errorf("a 20 MiB buffer under a 16 MiB limit: exit %d, reason %q (want 137, OOMKilled)", st.ExitCode, st.Reason)
+	}
+	if st := ended(unlimited); st.ExitCode != 0 || st.Reason == "OOMKilled" {
+		t.Errorf("a 20 MiB buffer without a limit: exit %d, reason %q", st.ExitCode, st.Reason)
+	}
+	spin := func() (cpu, wall time.Duration) {
+		t.Helper()
+		before, _ := cpuOf()
+		began := time.Now()
+		if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"timeout", "-s", "KILL", "4", "sh", "-c", "while :; do :; done"}, Timeout: 60}); err != nil || res.ExitCode != 137 {
+			t.Fatalf("ExecSync of a 4 s busy loop: %+v, %v", res, err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		wall = time.Since(began)
+		after, _ := cpuOf()
+		return time.Duration(after - before), wall
+	}
+	freeCPU, freeWall := spin()
+	if _, err := rt.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: client,
+		Linux: &cri.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 10000}}); err != nil {
+		t.Fatalf("UpdateContainerResources: %v\ncontainerd log:\n%s", err, c.Log())
+	}
+	heldCPU, heldWall := spin()
+	t.Logf("a 4 s busy loop: %v CPU in %v without a quota, %v in %v with 10 ms per 100 ms", freeCPU, freeWall, heldCPU, heldWall)
+	if freeCPU < freeWall/4 || heldCPU > heldWall/4 || freeCPU < 2*heldCPU {
+		t.Errorf("a CPU quota of 10%%: the loop used %v CPU in %v (without it %v in %v)", heldCPU, heldWall, freeCPU, freeWall)
+	}
+	quitter := start("quitter", "sh", "-c", "exit 7")
+	if st := ended(quitter); st.ExitCode != 7 {
+		t.Errorf("the container's exit code %d, want 7", st.ExitCode)
 	}
 	if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
 		t.Fatalf("StopPodSandbox: %v", err)

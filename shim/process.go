@@ -34,6 +34,7 @@ type process struct {
 	mu         sync.Mutex
 	status     tasktypes.Status
 	exitStatus uint32
+	oomKilled  bool // the OOM killer ended a process of its container while it ran
 	exitedAt   time.Time
 	stdinPipe  io.Closer // closed by CloseIO
 	done       chan struct{}
@@ -49,6 +50,9 @@ type guestRoot struct {
 	// ("": the VM's); with ownPIDNamespace its init process starts it.
 	pidNamespace    string
 	ownPIDNamespace bool
+	// limits are the container's resources, set on its cgroup as its
+	// init process starts (nil: none).
+	limits *smol.CgroupLimits
 }
 
 func newProcess(containerID, execID string, root guestRoot, spec *specs.Process, stdin, stdout, stderr string, terminal bool) *process {
@@ -69,7 +73,10 @@ func (p *process) command() smol.Command {
 		c.WritablePaths = p.root.writable
 	}
 	c.PIDNamespace, c.NewPIDNamespace = p.root.pidNamespace, p.root.ownPIDNamespace && p.execID == ""
-	c.Cgroup = p.containerID // every process of a container, for Stats
+	c.Cgroup = p.containerID // every process of a container, for Stats and its limits
+	if p.execID == "" {
+		c.Limits = p.root.limits
+	}
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}
@@ -143,11 +150,12 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 	p.mu.Unlock()
 	go func() {
 		ctx := context.WithoutCancel(ctx)
-		var code int
+		var st smol.ExitStatus
 		err := booted(ctx)
 		if err == nil {
-			code, err = m.Exec(ctx, cmd)
+			st, err = m.Run(ctx, cmd)
 		}
+		code := st.Code
 		var ce *smol.CommandError
 		switch {
 		case errors.As(err, &ce):
@@ -163,6 +171,7 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		closeAll(closers)
 		p.mu.Lock()
 		p.status, p.exitStatus, p.exitedAt = tasktypes.StatusStopped, uint32(code), time.Now()
+		p.oomKilled = st.OOMKilled
 		p.mu.Unlock()
 		close(p.done)
 		exited(p)

@@ -92,6 +92,14 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 	if spec.Process == nil || len(spec.Process.Args) == 0 {
 		return nil, fmt.Errorf("container %s: %w: no process to run", r.ID, errdefs.ErrInvalidArgument)
 	}
+	var limits *smol.CgroupLimits
+	if spec.Linux != nil {
+		if limits = cgroupLimits(spec.Linux.Resources); limits != nil {
+			if err := limits.Validate(); err != nil {
+				return nil, fmt.Errorf("container %s: resources: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.containers[r.ID]; dup {
@@ -134,6 +142,7 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 	}
 	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
 	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID, s.sandboxPIDNamespace(spec))
+	root.limits = limits
 	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()
@@ -361,6 +370,14 @@ func (s *service) exited(p *process) {
 	if id == "" {
 		id = p.containerID
 	}
+	p.mu.Lock()
+	oom := p.oomKilled
+	p.mu.Unlock()
+	if oom && p.execID == "" {
+		// Before the exit, so that CRI gives the container's end the
+		// reason OOMKilled.
+		s.publish(runtime.TaskOOMEventTopic, &eventstypes.TaskOOM{ContainerID: p.containerID})
+	}
 	s.publish(runtime.TaskExitEventTopic, &eventstypes.TaskExit{ContainerID: p.containerID, ID: id, Pid: s.pid(), ExitStatus: code, ExitedAt: at})
 }
 
@@ -565,10 +582,6 @@ func (s *service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*pt
 // Stats, Update and Checkpoint are not supported: a machine's cgroup
 // figures are not the container's, resources are fixed at the machine's
 // creation, and checkpoints go through smol machine snapshot.
-func (s *service) Update(context.Context, *taskapi.UpdateTaskRequest) (*ptypes.Empty, error) {
-	return nil, errdefs.ErrNotImplemented
-}
-
 func (s *service) Checkpoint(context.Context, *taskapi.CheckpointTaskRequest) (*ptypes.Empty, error) {
 	return nil, errdefs.ErrNotImplemented
 }

@@ -19,8 +19,10 @@ import (
 // /sys/fs/cgroup/smol/<name> (cgroup v2, mounted and given its memory and
 // pids controllers on first use), placed there by clone3 as it is born
 // (CLONE_INTO_CGROUP), so no process of a container is ever counted
-// outside it. A Stats request reads the group's counters. The agent
-// itself and plain commands stay in the root group.
+// outside it, or outside its limits: a Start's Limits are written before
+// its command is born, an Update request writes them anew. A Stats
+// request reads the group's counters. The agent itself and plain
+// commands stay in the root group.
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -30,10 +32,13 @@ var containerCgroups = filepath.Join(cgroupRoot, "smol")
 var cgroupSetup struct {
 	once sync.Once
 	err  error
+	cpu  bool // the cpu controller is on: cpu.weight and cpu.max exist
 }
 
 // setupCgroups mounts cgroup v2 and makes the containers' parent group
-// with the controllers Stats reads, once.
+// with the controllers Stats reads and limits use, once. The cpu
+// controller is optional (a kernel without group scheduling): only a CPU
+// limit needs it, and that then fails saying so.
 func setupCgroups() error {
 	cgroupSetup.once.Do(func() {
 		var fs unix.Statfs_t
@@ -47,10 +52,15 @@ func setupCgroups() error {
 			cgroupSetup.err = err
 			return
 		}
+		cgroupSetup.cpu = true
 		for _, dir := range []string{cgroupRoot, containerCgroups} {
-			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory +pids"), 0); err != nil {
+			control := filepath.Join(dir, "cgroup.subtree_control")
+			if err := os.WriteFile(control, []byte("+memory +pids"), 0); err != nil {
 				cgroupSetup.err = fmt.Errorf("enable the memory and pids controllers in %s: %w", dir, err)
 				return
+			}
+			if cgroupSetup.cpu && os.WriteFile(control, []byte("+cpu"), 0) != nil {
+				cgroupSetup.cpu = false
 			}
 		}
 	})
@@ -75,6 +85,68 @@ func openCgroup(name string) (int, error) {
 		return -1, fmt.Errorf("cgroup %s: %w", name, err)
 	}
 	return fd, nil
+}
+
+// setLimits writes limits into container cgroup name's files (the cgroup
+// made if missing); an unset limit is written as none, so that the files
+// say exactly what limits says.
+func setLimits(name string, limits *agent.CgroupLimits) error {
+	fd, err := openCgroup(name)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	dir := filepath.Join(containerCgroups, name)
+	for _, f := range limitFiles(limits, cgroupSetup.cpu) {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.value), 0); err != nil {
+			return fmt.Errorf("cgroup %s: %s %q: %w", name, f.name, f.value, err)
+		}
+	}
+	if !cgroupSetup.cpu && (limits.CPUWeight != 0 || limits.CPUQuotaUsec != 0) {
+		return fmt.Errorf("cgroup %s: a CPU limit, and this guest kernel has no cpu controller", name)
+	}
+	return nil
+}
+
+type cgroupFile struct{ name, value string }
+
+// limitFiles are the cgroup files and values that say limits; the cpu
+// controller's only when it is on.
+func limitFiles(l *agent.CgroupLimits, cpu bool) []cgroupFile {
+	orNone := func(v uint64) string {
+		if v == 0 {
+			return "max"
+		}
+		return strconv.FormatUint(v, 10)
+	}
+	files := []cgroupFile{{"memory.max", orNone(l.MemoryMax)}, {"pids.max", orNone(l.PidsMax)}}
+	if cpu {
+		weight, period := l.CPUWeight, l.CPUPeriodUsec
+		if weight == 0 {
+			weight = 100
+		}
+		if period == 0 {
+			period = agent.DefaultCPUPeriodUsec
+		}
+		files = append(files, cgroupFile{"cpu.weight", strconv.FormatUint(weight, 10)},
+			cgroupFile{"cpu.max", orNone(l.CPUQuotaUsec) + " " + strconv.FormatUint(period, 10)})
+	}
+	return files
+}
+
+// oomKills is how many processes the OOM killer has ended in container
+// cgroup name (memory.events' oom_kill); 0 when it cannot be read.
+func oomKills(name string) uint64 {
+	events, _ := readKeyed(filepath.Join(containerCgroups, name, "memory.events"))
+	return events["oom_kill"]
+}
+
+// update answers an Update request.
+func (s *session) update(name string, limits *agent.CgroupLimits) agent.Exit {
+	if err := setLimits(name, limits); err != nil {
+		return agent.Exit{Code: 1, Error: err.Error()}
+	}
+	return agent.Exit{}
 }
 
 // stats answers a Stats request: the cgroup's counters as one Stdout

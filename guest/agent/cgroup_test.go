@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/smolvm/smol/agent"
@@ -40,5 +41,24 @@ func TestReadCgroupStats(t *testing.T) {
 	os.Remove(filepath.Join(dir, "pids.current"))
 	if _, err := readCgroupStats(dir); err == nil {
 		t.Error("a cgroup without pids.current read as whole")
+	}
+}
+
+// TestLimitFiles: every limit is written, an unset one as none, and the
+// cpu controller's files only when it is on.
+func TestLimitFiles(t *testing.T) {
+	l := &agent.CgroupLimits{MemoryMax: 64 << 20, CPUWeight: 39, CPUQuotaUsec: 50000}
+	got := limitFiles(l, true)
+	want := []cgroupFile{{"memory.max", "67108864"}, {"pids.max", "max"}, {"cpu.weight", "39"}, {"cpu.max", "50000 100000"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	got = limitFiles(&agent.CgroupLimits{PidsMax: 10, CPUPeriodUsec: 250000}, true)
+	want = []cgroupFile{{"memory.max", "max"}, {"pids.max", "10"}, {"cpu.weight", "100"}, {"cpu.max", "max 250000"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	if got := limitFiles(l, false); len(got) != 2 {
+		t.Errorf("without the cpu controller: %v", got)
 	}
 }

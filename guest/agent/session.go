@@ -67,6 +67,8 @@ func (s *session) serve() agent.Start {
 		s.exit(s.copy(start.Copy, r))
 	} else if start.Stats != "" {
 		s.exit(s.stats(start.Stats))
+	} else if start.Update != "" {
+		s.exit(s.update(start.Update, start.Limits))
 	} else {
 		s.exit(s.run(start, r))
 	}
@@ -92,6 +94,12 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		}
 		return agent.Exit{Code: 126, Error: err.Error()}
 	}
+	if start.Limits != nil {
+		if err := setLimits(start.Cgroup, start.Limits); err != nil {
+			return agent.Exit{Code: 126, Error: err.Error()}
+		}
+	}
+	var oomBefore uint64
 	if start.Cgroup != "" {
 		fd, err := openCgroup(start.Cgroup)
 		if err != nil {
@@ -99,6 +107,7 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		}
 		defer unix.Close(fd) // once started: clone3 has placed it
 		proc.cmd.SysProcAttr.UseCgroupFD, proc.cmd.SysProcAttr.CgroupFD = true, fd
+		oomBefore = oomKills(start.Cgroup)
 	}
 	var stdio *stdio
 	if start.TTY {
@@ -147,10 +156,12 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 	case <-drained:
 	case <-time.After(outputGrace):
 	}
+	exit := agent.Exit{Code: ws.ExitStatus()}
 	if ws.Signaled() {
-		return agent.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+		exit = agent.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 	}
-	return agent.Exit{Code: ws.ExitStatus()}
+	exit.OOMKilled = start.Cgroup != "" && oomKills(start.Cgroup) > oomBefore
+	return exit
 }
 
 // start starts proc in its PID namespace: the guest's, a new one it is
