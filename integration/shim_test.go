@@ -274,12 +274,12 @@ func TestShimCRI(t *testing.T) {
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
 		!strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t0000000000002000\n") ||
 		!strings.HasSuffix(string(res.Stdout), "read-only\n") {
-		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v\ncontainerd log:\n%s", res, err, c.Log())
+		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v\ncontainerd log:\n%s\n%s", res, err, c.Log(), c.Machines())
 	}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: probe, Timeout: 30}); err != nil ||
 		strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t00000000") ||
 		!strings.HasSuffix(string(res.Stdout), "writable\n") {
-		t.Errorf("a plain container: %+v, %v\ncontainerd log:\n%s", res, err, c.Log())
+		t.Errorf("a plain container: %+v, %v\ncontainerd log:\n%s\n%s", res, err, c.Log(), c.Machines())
 	}
 	// The pod's DNS configuration and host name reach every container
 	// (CRI's /etc/resolv.conf, /etc/hostname and /etc/hosts mounts, made
@@ -333,7 +333,7 @@ func TestShimCRI(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
-	hog := []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=20M", "count=1"}
+	hog := []string{"busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=20M", "count=1"}
 	limited := startLinux(&cri.LinuxContainerConfig{Resources: &cri.LinuxContainerResources{MemoryLimitInBytes: 16 << 20}}, nil, "limited", hog...)
 	unlimited := start("unlimited", hog...)
 	if st := ended(limited); st.ExitCode != 137 || st.Reason != "OOMKilled" {
@@ -346,7 +346,7 @@ func TestShimCRI(t *testing.T) {
 		t.Helper()
 		before, _ := cpuOf()
 		began := time.Now()
-		if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"timeout", "-s", "KILL", "4", "sh", "-c", "while :; do :; done"}, Timeout: 60}); err != nil || res.ExitCode != 137 {
+		if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: []string{"busybox", "timeout", "-s", "KILL", "4", "sh", "-c", "while :; do :; done"}, Timeout: 60}); err != nil || res.ExitCode != 137 {
 			t.Fatalf("ExecSync of a 4 s busy loop: %+v, %v", res, err)
 		}
 		wall = time.Since(began)

@@ -182,6 +182,37 @@ func (d *Daemon) Log() string {
 	return string(b)
 }
 
+// Machines describes the shim's machines as they are now, for a test
+// whose pod died: the end of each one's guest console and VMM log, and
+// the end of the kernel's log (an OOM kill or a crash of the shim or the
+// VMM shows there).
+func (d *Daemon) Machines() string {
+	var b strings.Builder
+	tail := func(path string, n int) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err.Error()
+		}
+		if len(data) > n {
+			data = data[len(data)-n:]
+		}
+		return string(data)
+	}
+	dir := filepath.Join(d.ShimRoot(), "home", "machines")
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		for _, f := range []string{"console.log", "vmm.log"} {
+			fmt.Fprintf(&b, "--- machine %s, %s:\n%s\n", e.Name(), f, tail(filepath.Join(dir, e.Name(), f), 3000))
+		}
+	}
+	kernel, _ := exec.Command("dmesg").CombinedOutput()
+	if len(kernel) > 3000 {
+		kernel = kernel[len(kernel)-3000:]
+	}
+	fmt.Fprintf(&b, "--- kernel log:\n%s", kernel)
+	return b.String()
+}
+
 // Close removes every task and container, then ends containerd.
 func (d *Daemon) Close() {
 	for _, id := range strings.Fields(d.CtrOut("tasks", "ls", "-q")) {
