@@ -38,6 +38,11 @@ type Command struct {
 	// something (a volume, kubelet's /dev/termination-log): the command's
 	// own /dev, which covers them, has them too.
 	DevMounts []string
+	// MaskedPaths and ReadOnlyPaths are paths under Root hidden (a file
+	// empty, a directory empty and read-only) or made read-only: an OCI
+	// container's linux.maskedPaths and readonlyPaths. The first command
+	// in a root decides them.
+	MaskedPaths, ReadOnlyPaths []string
 	// PIDNamespace, if set, names the PID namespace (in the guest) the
 	// command runs in, which needs a Root; "" is the guest's own. With
 	// NewPIDNamespace the command starts it as its PID 1, and everything
@@ -201,6 +206,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
 		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
+		MaskedPaths: cmd.MaskedPaths, ReadOnlyPaths: cmd.ReadOnlyPaths,
 		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Limits: cmd.Limits, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,

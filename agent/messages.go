@@ -31,6 +31,14 @@ type Start struct {
 	// mounted something: the root's own /dev, which covers them, has
 	// them too. The first command in a root decides them.
 	DevMounts []string `json:"dev_mounts,omitempty"`
+	// MaskedPaths and ReadOnlyPaths, with Root, are absolute paths in it
+	// (an OCI container's linux.maskedPaths and readonlyPaths): a masked
+	// file reads as empty, a masked directory as an empty read-only one,
+	// a read-only path cannot be written; a path the root lacks is
+	// skipped. The first command in a root decides them; a command that
+	// mounts its PID namespace's /proc applies those below /proc there.
+	MaskedPaths   []string `json:"masked_paths,omitempty"`
+	ReadOnlyPaths []string `json:"readonly_paths,omitempty"`
 	// PIDNamespace, if set, names the PID namespace the command runs in
 	// (the host's name for it, a container's or a pod's); "" is the
 	// guest's own. With NewPIDNamespace the command starts it as its
@@ -276,6 +284,10 @@ func (s *Start) Validate() error {
 		return errors.New("too many writable paths or /dev mounts")
 	case len(s.DevMounts) > 0 && s.Root == "":
 		return errors.New("/dev mounts need a root")
+	case (len(s.MaskedPaths) > 0 || len(s.ReadOnlyPaths) > 0) && s.Root == "":
+		return errors.New("masked and read-only paths need a root")
+	case len(s.MaskedPaths) > MaxArgs || len(s.ReadOnlyPaths) > MaxArgs:
+		return errors.New("too many masked or read-only paths")
 	case s.NewPIDNamespace && s.PIDNamespace == "":
 		return errors.New("a new PID namespace needs a name")
 	case s.PIDNamespace != "" && s.Root == "":
@@ -290,9 +302,11 @@ func (s *Start) Validate() error {
 			return err
 		}
 	}
-	for _, w := range s.WritablePaths {
-		if w == "" || w[0] != '/' {
-			return fmt.Errorf("writable path %q is not absolute", w)
+	for _, paths := range [][]string{s.WritablePaths, s.MaskedPaths, s.ReadOnlyPaths} {
+		for _, p := range paths {
+			if p == "" || p[0] != '/' {
+				return fmt.Errorf("path %q is not absolute", p)
+			}
 		}
 	}
 	for _, d := range s.DevMounts {

@@ -221,6 +221,14 @@ func TestShimCRI(t *testing.T) {
 		!strings.HasSuffix(string(res.Stdout), "\n0\n") {
 		t.Errorf("a container with a PID namespace of its own (want PID 1 its sleep, no nc of the server): %+v, %v", res, err)
 	}
+	// containerd's default masked and read-only paths hold in each
+	// container's /proc, the one of its PID namespace.
+	for _, id := range []string{client, ownPIDs} {
+		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: []string{"cat", "/proc/mounts"}, Timeout: 30})
+		if err != nil || !strings.Contains(string(res.Stdout), " /proc/keys ") || !strings.Contains(string(res.Stdout), " /proc/sys proc ro,") {
+			t.Errorf("masked /proc/keys and a read-only /proc/sys in a container's mounts: %+v, %v", res, err)
+		}
+	}
 	// Stats are each container's own (its guest cgroup): CPU burnt by an
 	// exec in one (a shell loop) shows there and not in its idle
 	// neighbour's.

@@ -50,6 +50,9 @@ type guestRoot struct {
 	// ("": the VM's); with ownPIDNamespace its init process starts it.
 	pidNamespace    string
 	ownPIDNamespace bool
+	// masked and readOnlyPaths are the spec's linux.maskedPaths and
+	// readonlyPaths.
+	masked, readOnlyPaths []string
 	// limits are the container's resources, set on its cgroup as its
 	// init process starts (nil: none).
 	limits *smol.CgroupLimits
@@ -72,6 +75,7 @@ func (p *process) command() smol.Command {
 	if p.root.readOnly {
 		c.WritablePaths = p.root.writable
 	}
+	c.MaskedPaths, c.ReadOnlyPaths = p.root.masked, p.root.readOnlyPaths
 	c.PIDNamespace, c.NewPIDNamespace = p.root.pidNamespace, p.root.ownPIDNamespace && p.execID == ""
 	c.Cgroup = p.containerID // every process of a container, for Stats and its limits
 	if p.execID == "" {

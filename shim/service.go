@@ -143,6 +143,9 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
 	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID, s.sandboxPIDNamespace(spec))
 	root.limits = limits
+	if spec.Linux != nil {
+		root.masked, root.readOnlyPaths = spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths
+	}
 	c.init = newProcess(r.ID, "", root, spec.Process, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	s.containers[r.ID] = c
 	pid := s.pid()

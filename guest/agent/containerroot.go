@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/internal/inroot"
 	"golang.org/x/sys/unix"
 )
@@ -46,20 +47,21 @@ var devLinks = [][2]string{{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdi
 	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}}
 
 // prepareRoot readies root for commands chrooted in it (above).
-func prepareRoot(root string, readOnly bool, writable, devMounts []string) error {
+func prepareRoot(root string, start agent.Start) error {
 	preparedRoots.Lock()
 	defer preparedRoots.Unlock()
 	if preparedRoots.done[root] {
 		return nil
 	}
-	if err := prepareRootOnce(root, readOnly, writable, devMounts); err != nil {
+	if err := prepareRootOnce(root, start); err != nil {
 		return fmt.Errorf("root %s: %w", root, err)
 	}
 	preparedRoots.done[root] = true
 	return nil
 }
 
-func prepareRootOnce(root string, readOnly bool, writable, devMounts []string) error {
+func prepareRootOnce(root string, start agent.Start) error {
+	readOnly, writable, devMounts := start.ReadOnlyRoot, start.WritablePaths, start.DevMounts
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("not a directory: %w", err)
@@ -125,7 +127,10 @@ func prepareRootOnce(root string, readOnly bool, writable, devMounts []string) e
 			return err
 		}
 	}
-	return populateDev(rootFD, devMounts, carried)
+	if err := populateDev(rootFD, devMounts, carried); err != nil {
+		return err
+	}
+	return maskPaths(rootFD, start.MaskedPaths, start.ReadOnlyPaths)
 }
 
 // populateDev fills the container's new /dev (above).

@@ -38,15 +38,22 @@ type launchSpec struct {
 	// Caps, if set, are the command's capability sets exactly; nil
 	// leaves the kernel's rule: all of them for root, none for others.
 	Caps *agent.Capabilities `json:"caps,omitempty"`
-	// MountProc mounts the launcher's PID namespace's proc on /proc.
-	MountProc bool `json:"mount_proc,omitempty"`
+	// Proc, if set, mounts the launcher's PID namespace's proc on /proc
+	// and applies the container's masks below it.
+	Proc *procMasks `json:"proc,omitempty"`
+}
+
+// procMasks are a container's masked and read-only paths below /proc.
+type procMasks struct {
+	Masked   []string `json:"masked,omitempty"`
+	ReadOnly []string `json:"readonly,omitempty"`
 }
 
 // useLauncher makes cmd (its root, credential and program already
 // resolved) start through the launcher.
-func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, mountProc bool) {
+func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, proc *procMasks) {
 	cred := cmd.SysProcAttr.Credential
-	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, MountProc: mountProc}
+	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, Proc: proc}
 	b, _ := json.Marshal(spec) // plain values: cannot fail
 	cmd.Args = append([]string{launcherName, string(b)}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
@@ -68,9 +75,17 @@ func launch(args []string) {
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
 		fail(fmt.Errorf("launcher: %w", err))
 	}
-	if spec.MountProc {
+	if spec.Proc != nil {
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			fail(fmt.Errorf("mount /proc for the command's PID namespace: %w", err))
+		}
+		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = maskPaths(root, spec.Proc.Masked, spec.Proc.ReadOnly)
+			unix.Close(root)
+		}
+		if err != nil {
+			fail(fmt.Errorf("the PID namespace's /proc: %w", err))
 		}
 	}
 	runtime.LockOSThread() // credentials are per thread until execve

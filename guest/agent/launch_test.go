@@ -29,7 +29,7 @@ func statusOf(t *testing.T, uid uint32, caps agent.Capabilities) map[string]stri
 	}
 	cmd := &exec.Cmd{Path: cat, Args: []string{"cat", "/proc/self/status"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{1234}}}}
-	useLauncher(cmd, &caps, false)
+	useLauncher(cmd, &caps, nil)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("launch: %v", err)
@@ -85,7 +85,7 @@ func TestLauncherFailsLikeAMissingCommand(t *testing.T) {
 	}
 	cmd := &exec.Cmd{Path: "/nonexistent/program", Args: []string{"program"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{}}}
-	useLauncher(cmd, &agent.Capabilities{}, false)
+	useLauncher(cmd, &agent.Capabilities{}, nil)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err := cmd.Run()

@@ -261,7 +261,7 @@ func (e *startError) Error() string { return e.msg }
 func prepare(start agent.Start) (*process, error) {
 	root := start.Root
 	if root != "" {
-		if err := prepareRoot(root, start.ReadOnlyRoot, start.WritablePaths, start.DevMounts); err != nil {
+		if err := prepareRoot(root, start); err != nil {
 			return nil, &startError{126, err.Error()}
 		}
 	}
@@ -292,7 +292,11 @@ func prepare(start agent.Start) (*process, error) {
 	}
 	mountProc := start.PIDNamespace != "" && procNeeded(root, start.PIDNamespace)
 	if start.Capabilities != nil || mountProc {
-		useLauncher(cmd, start.Capabilities, mountProc)
+		var proc *procMasks
+		if mountProc {
+			proc = &procMasks{Masked: underProc(start.MaskedPaths), ReadOnly: underProc(start.ReadOnlyPaths)}
+		}
+		useLauncher(cmd, start.Capabilities, proc)
 	}
 	if start.NewPIDNamespace {
 		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
