@@ -79,6 +79,12 @@ func main() {
 	}
 
 	limit := guestTimeout(*secs, *fsMiB)
+	want := 0 // the figures of the phases asked for (each is named phase-...)
+	for _, f := range figures {
+		if phase, _, _ := strings.Cut(f.Key, "-"); run[phase] {
+			want++
+		}
+	}
 	runs := map[string][]map[string]float64{} // per VMM, per round
 	failures := map[string]int{}
 	for r := 0; r < *rounds; r++ {
@@ -88,7 +94,7 @@ func main() {
 			slices.Reverse(order)
 		}
 		for _, v := range order {
-			got, err := v.run(limit)
+			got, err := v.run(limit, want)
 			if err != nil {
 				fmt.Printf("round %d %s FAILED: %v\n", r+1, v.name, err)
 				failures[v.name]++
