@@ -58,12 +58,9 @@ func cpuWeight(shares uint64) uint64 {
 // Update sets a running container's resources (CRI's
 // UpdateContainerResources).
 func (s *service) Update(ctx context.Context, r *taskapi.UpdateTaskRequest) (*ptypes.Empty, error) {
-	s.mu.Lock()
-	c := s.containers[r.ID]
-	m := s.machine
-	s.mu.Unlock()
-	if c == nil {
-		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrNotFound)
+	m, err := s.machineOf(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.Resources == nil {
 		return nil, fmt.Errorf("container %s: an update without resources: %w", r.ID, errdefs.ErrInvalidArgument)

@@ -18,12 +18,9 @@ import (
 // view: memory is what the container holds of the VM's RAM, and CPU time
 // is time on the VM's vCPUs.
 func (s *service) Stats(ctx context.Context, r *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
-	s.mu.Lock()
-	c := s.containers[r.ID]
-	m := s.machine
-	s.mu.Unlock()
-	if c == nil {
-		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrNotFound)
+	m, err := s.machineOf(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.booted(ctx); err != nil {
 		return nil, err
@@ -37,6 +34,16 @@ func (s *service) Stats(ctx context.Context, r *taskapi.StatsRequest) (*taskapi.
 		return nil, err
 	}
 	return &taskapi.StatsResponse{Stats: data}, nil
+}
+
+// machineOf returns the machine container id runs in.
+func (s *service) machineOf(id string) (*smol.NamedMachine, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.containers[id] == nil {
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return s.machine, nil
 }
 
 // cgroupMetrics is the guest cgroup's use in containerd's cgroup v2 form.
