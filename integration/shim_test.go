@@ -214,20 +214,34 @@ func TestShimCRI(t *testing.T) {
 		strings.HasSuffix(string(res.Stdout), "\n0\n") {
 		t.Errorf("a container sharing the pod's PID namespace (want PID 1 the pause, the server's nc seen): %+v, %v", res, err)
 	}
-	ownPIDs := startWith(&cri.LinuxContainerSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER}},
-		nil, "own-pids", "sleep", "200000")
+	// Kubelet's masked and read-only paths (CRI passes them; containerd
+	// has no defaults of its own).
+	masked, readOnly := []string{"/proc/keys", "/proc/kcore", "/sys/firmware"}, []string{"/proc/sys", "/proc/sysrq-trigger"}
+	ownPIDs := startWith(&cri.LinuxContainerSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER},
+		MaskedPaths: masked, ReadonlyPaths: readOnly}, nil, "own-pids", "sleep", "200000")
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: ownPIDs, Cmd: pidProbe, Timeout: 30}); err != nil ||
 		!strings.HasPrefix(string(res.Stdout), "sleep 200000 \n") || strings.Contains(string(res.Stdout), "self 1\n") ||
 		!strings.HasSuffix(string(res.Stdout), "\n0\n") {
 		t.Errorf("a container with a PID namespace of its own (want PID 1 its sleep, no nc of the server): %+v, %v", res, err)
 	}
-	// containerd's default masked and read-only paths hold in each
-	// container's /proc, the one of its PID namespace.
-	for _, id := range []string{client, ownPIDs} {
-		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: []string{"cat", "/proc/mounts"}, Timeout: 30})
-		if err != nil || !strings.Contains(string(res.Stdout), " /proc/keys ") || !strings.Contains(string(res.Stdout), " /proc/sys proc ro,") {
-			t.Errorf("masked /proc/keys and a read-only /proc/sys in a container's mounts: %+v, %v", res, err)
+	// The masked and read-only paths hold in the /proc of a container's
+	// own PID namespace (and in one joining the pod's, below); a
+	// container without them has none.
+	maskProbe := []string{"sh", "-c", "cat /proc/sys/kernel/ostype; echo 1 > /proc/sysrq-trigger || echo sysrq-refused; " +
+		"wc -c < /proc/keys; ls /sys/firmware | wc -l; grep -c -e ' /proc/keys ' -e ' /proc/sys proc ro,' /proc/mounts"}
+	maskedIn := func(id string) string {
+		t.Helper()
+		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: maskProbe, Timeout: 30})
+		if err != nil {
+			t.Fatalf("ExecSync: %v", err)
 		}
+		return strings.Join(strings.Fields(string(res.Stdout)), " ")
+	}
+	if got := maskedIn(ownPIDs); got != "Linux sysrq-refused 0 0 2" {
+		t.Errorf("masked and read-only paths in a container's own /proc: %q, want the kernel's name read, sysrq refused, /proc/keys and /sys/firmware empty, both mounts", got)
+	}
+	if got := maskedIn(client); !strings.HasSuffix(got, " 0") {
+		t.Errorf("a container without masked paths has them: %q", got)
 	}
 	// Stats are each container's own (its guest cgroup): CPU burnt by an
 	// exec in one (a shell loop) shows there and not in its idle
@@ -274,7 +288,8 @@ func TestShimCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234},
-		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}}},
+		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}},
+		MaskedPaths:  masked, ReadonlyPaths: readOnly},
 		[]*cri.Mount{{ContainerPath: "/data", HostPath: volume}, {ContainerPath: "/ro", HostPath: roVolume, Readonly: true},
 			{ContainerPath: "/dev/shm/data", HostPath: volume}},
 		"locked", "sleep", "100000")
@@ -304,6 +319,9 @@ func TestShimCRI(t *testing.T) {
 		if !strings.Contains(string(res.Stdout), want) {
 			t.Errorf("the read-only container with volumes lacks %q: %q %q (exit %d)", want, res.Stdout, res.Stderr, res.ExitCode)
 		}
+	}
+	if got := maskedIn(locked); got != "Linux sysrq-refused 0 0 2" {
+		t.Errorf("masked and read-only paths in a read-only container in the pod's PID namespace: %q", got)
 	}
 	if b, err := os.ReadFile(filepath.Join(volume, "from-guest")); err != nil || string(b) != "v\n" {
 		t.Errorf("the guest's write to its volume, on the host: %q, %v", b, err)

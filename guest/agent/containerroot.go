@@ -130,7 +130,13 @@ func prepareRootOnce(root string, start agent.Start) error {
 	if err := populateDev(rootFD, devMounts, carried); err != nil {
 		return err
 	}
-	return maskPaths(rootFD, start.MaskedPaths, start.ReadOnlyPaths)
+	masked, readOnlyPaths := start.MaskedPaths, start.ReadOnlyPaths
+	if start.PIDNamespace != "" {
+		// The launcher covers this /proc with the namespace's and masks
+		// that one (every command in a root has the same namespace).
+		masked, readOnlyPaths = outsideProc(masked), outsideProc(readOnlyPaths)
+	}
+	return maskPaths(rootFD, masked, readOnlyPaths)
 }
 
 // populateDev fills the container's new /dev (above).

@@ -13,9 +13,9 @@ import (
 // linux.maskedPaths and linux.readonlyPaths: CRI's defaults hide
 // /proc/kcore, /proc/keys, /sys/firmware and the like, and make
 // /proc/sys, /proc/sysrq-trigger and others read-only) are applied in its
-// root once its kernel filesystems are mounted: by prepareRoot, and
-// again, for the paths below /proc, by the launcher that mounts a PID
-// namespace's own /proc over the root's. A masked file reads as empty
+// root once its kernel filesystems are mounted: by prepareRoot, those
+// below /proc by the launcher instead when it mounts a PID namespace's
+// own /proc over the root's. A masked file reads as empty
 // (the null device bound on it), a masked directory as an empty
 // read-only tmpfs; a read-only path is bound onto itself and remounted
 // read-only, keeping its other flags. A path the root lacks is skipped,
@@ -81,11 +81,14 @@ func remountReadOnly(rootFD int, p string) error {
 	return unix.Mount("", fdPath(fd), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|kept, "")
 }
 
-// underProc keeps the paths below /proc.
-func underProc(paths []string) []string {
+// underProc keeps the paths below /proc, outsideProc the others.
+func underProc(paths []string) []string   { return procPaths(paths, true) }
+func outsideProc(paths []string) []string { return procPaths(paths, false) }
+
+func procPaths(paths []string, under bool) []string {
 	var out []string
 	for _, p := range paths {
-		if p == "/proc" || strings.HasPrefix(p, "/proc/") {
+		if (p == "/proc" || strings.HasPrefix(p, "/proc/")) == under {
 			out = append(out, p)
 		}
 	}
