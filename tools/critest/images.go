@@ -177,7 +177,9 @@ func busyboxRoot() (v1.Layer, error) {
 			// Hard links, as docker.io's busybox has them: a mask of
 			// one applet (critest's MaskedPaths spec masks /bin/ls)
 			// must not reach the busybox binary through a symlink.
-			entries = append(entries, imagetest.Hardlink("bin/"+applet, "bin/busybox"))
+			link := imagetest.Hardlink("bin/"+applet, "bin/busybox")
+			link.Mode = bin.Mode // a link's header mode is applied to the one file
+			entries = append(entries, link)
 		}
 	}
 	if !slices.Contains(applets, "pgrep") { // the suite's images have it; Debian's static busybox lacks it
