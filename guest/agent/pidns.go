@@ -155,7 +155,7 @@ func inPIDNamespace(nsFD int, start func() error) error {
 
 // procShows is, per command root, the PID namespace its /proc was last
 // mounted for: a root's first command in a namespace mounts the
-// namespace's /proc over it (launchSpec.MountProc), from inside, as only
+// namespace's /proc over it (launchSpec.Proc), from inside, as only
 // a process in the namespace can.
 var procShows = struct {
 	sync.Mutex
