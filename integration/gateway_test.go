@@ -231,14 +231,14 @@ func TestGatewayNetwork(t *testing.T) {
 	fakeInternet(t)
 	home := t.TempDir()
 	initrd := agentInitramfs(t)
-	run := func(args []string, script string) (int, string, string) {
+	run := func(t *testing.T, args []string, script string) (int, string, string) {
 		t.Helper()
 		full := append([]string{"run", "--cpus", "1", "--mem", "256M", "--initrd", initrd}, args...)
 		return smolRun(t, home, nil, append(full, "--", "sh", "-c", script)...)
 	}
 
 	t.Run("no network without --net", func(t *testing.T) {
-		code, out, stderr := run(nil, "ls /sys/class/net")
+		code, out, stderr := run(t, nil, "ls /sys/class/net")
 		if code != 0 || strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
 			t.Errorf("exit %d, interfaces %q, stderr %q", code, out, stderr)
 		}
@@ -247,7 +247,7 @@ func TestGatewayNetwork(t *testing.T) {
 	t.Run("--net", func(t *testing.T) {
 		// 100 MiB out and back, checked by the guest.
 		const bulk = 100 << 20
-		code, out, stderr := run([]string{"--net", "--dns", allowedIP},
+		code, out, stderr := run(t, []string{"--net", "--dns", allowedIP},
 			"cat /sys/class/net/eth0/mtu && nettool resolve allowed.test && nettool get http://allowed.test/ && echo && nettool get http://denied.test/ && echo && "+
 				fmt.Sprintf("nettool tcp-echo %s:7 %d 1 && nettool udp-echo %s:7 5 && ping -c 1 -W 5 %s", allowedIP, bulk, allowedIP, allowedIP))
 		for _, want := range []string{"65520\n", allowedIP, "allowed-body", "denied-body", "udp echo " + allowedIP + ":7: 5 datagrams", "1 packets received"} {
@@ -273,7 +273,7 @@ func TestGatewayNetwork(t *testing.T) {
 			"nettool dial [2001:db8::2]:80; echo ipv6=$?",
 			"ping -c 1 -W 2 " + deniedIP + " >/dev/null; echo ping-denied=$?",
 		}, "; ")
-		code, out, stderr := run([]string{"--allow-host", "allowed.test", "--allow-host", "meta.test", "--dns", allowedIP, "--egress-log", egress}, script)
+		code, out, stderr := run(t, []string{"--allow-host", "allowed.test", "--allow-host", "meta.test", "--dns", allowedIP, "--egress-log", egress}, script)
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, stderr)
 		}
@@ -318,15 +318,15 @@ func TestGatewayNetwork(t *testing.T) {
 	// fails, by name and by address.
 	t.Run("the seed's three commands", func(t *testing.T) {
 		seed := []string{"--net", "--allow-host", "registry.npmjs.org", "--dns", allowedIP}
-		code, out, stderr := run(seed, "nettool get https://registry.npmjs.org/")
+		code, out, stderr := run(t, seed, "nettool get https://registry.npmjs.org/")
 		if code != 0 || out != "registry-body from "+allowedIP {
 			t.Errorf("the allowed host: exit %d, %q, %q", code, out, stderr)
 		}
-		code, out, stderr = run(seed, "nettool get https://example.com/")
+		code, out, stderr = run(t, seed, "nettool get https://example.com/")
 		if code == 0 || !strings.Contains(stderr, "no such host") {
 			t.Errorf("another host by name: exit %d, %q, %q", code, out, stderr)
 		}
-		code, out, stderr = run(seed, "nettool get https://"+deniedIP+"/")
+		code, out, stderr = run(t, seed, "nettool get https://"+deniedIP+"/")
 		if code == 0 || !strings.Contains(stderr, "refused") {
 			t.Errorf("another host by address: exit %d, %q, %q", code, out, stderr)
 		}

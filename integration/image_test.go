@@ -141,7 +141,7 @@ func smolRun(t *testing.T, home string, stdin io.Reader, args ...string) (int, s
 		code, stdout, stderr, hung = smolRunOnce(t, home, input, stdin != nil, args...)
 	}
 	if hung {
-		t.Fatalf("smol %v did not finish within %v, twice; stderr: %s", args, smolRunTimeout, stderr)
+		t.Fatalf("smol %v did not finish within %v, twice; stdout so far:\n%s\nstderr (with smol's goroutines):\n%s", args, smolRunTimeout, stdout, stderr)
 	}
 	return code, stdout, stderr
 }
@@ -160,7 +160,12 @@ func smolRunOnce(t *testing.T, home string, input []byte, hasStdin bool, args ..
 	ctx, cancel := context.WithTimeout(context.Background(), smolRunTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), args...)
-	cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
+	// A smol that hangs is ended with SIGABRT, which smol does not
+	// forward to its guest: Go then prints every goroutine on stderr, so
+	// the report says where the VMM was waiting.
+	cmd.Env = append(os.Environ(), "SMOL_HOME="+home, "GOTRACEBACK=all")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdin = stdin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
