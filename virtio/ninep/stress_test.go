@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // split cuts b into 1 to 4 pieces at random points, as a driver's
@@ -124,5 +125,33 @@ func TestDeviceManyRequestsInFlight(t *testing.T) {
 	}
 	if !bytes.Equal(got, content) {
 		t.Fatal("the file does not hold what the writes sent")
+	}
+}
+
+// TestDeviceResetWithRequestsInFlight: a reset while reads are being
+// answered returns, and once it has returned the device writes nothing
+// more into guest memory (the server's goroutines outlive the worker,
+// and the memory may be the guest's for something else by then).
+func TestDeviceResetWithRequestsInFlight(t *testing.T) {
+	const chunk = 24 << 10
+	for round := 0; round < 20; round++ {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "data"), bytes.Repeat([]byte{0xa5}, 8*chunk), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := startDevice(t, dir, 16<<20)
+		openData(t, d, 64<<10)
+		q := d.Queues[0]
+		for i := 0; i < 32; i++ {
+			q.AddChain([][]byte{msg(tread, uint16(10+i), u32(1), u64(uint64(i%8)*chunk), u32(chunk))}, []uint32{11 + chunk})
+		}
+		d.Notify(0)
+		d.Reset()
+		l := q.Layout()
+		before := bytes.Clone(q.Read(l.Data, l.DataSize))
+		time.Sleep(20 * time.Millisecond)
+		if !bytes.Equal(q.Read(l.Data, l.DataSize), before) {
+			t.Fatalf("round %d: guest memory changed after the reset returned", round)
+		}
 	}
 }
