@@ -161,10 +161,12 @@ func RunCommand(ctx context.Context, cfg Config, image *imagefs.Image, cmd Comma
 	if err != nil {
 		return 0, guestFailure(m, err, console)
 	}
+	hangUp := hangUpWhenStopped(conn, m.Done())
 	exit, err := agent.Run(conn, start, agent.Streams{
 		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 		Signals: cmd.Signals, Resize: cmd.Resize,
 	})
+	hangUp()
 	conn.Close() // the agent powers off once the host hung up
 	if err != nil {
 		return 0, guestFailure(m, err, console)
@@ -242,16 +244,45 @@ func acceptAgent(l net.Listener, m *Machine) (net.Conn, error) {
 	}
 }
 
+// agentDrainTime is how long a session with a VM that stopped may still
+// read what the VM passed on before it stopped.
+const agentDrainTime = time.Second
+
+// hangUpWhenStopped ends a session with the agent once its VM has
+// stopped: a guest that dies mid-command (a crash, a triple fault) sends
+// no end of its own, and the vsock device's host side of the connection
+// stays open until the VM is closed, so without this the session would
+// wait for the agent forever. The bytes already passed on can still be
+// read for agentDrainTime. Call the returned function when the session
+// is over.
+func hangUpWhenStopped(conn net.Conn, stopped <-chan struct{}) (over func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-stopped:
+			conn.SetDeadline(time.Now().Add(agentDrainTime))
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
 // guestFailure describes a VM that failed around its agent, with the end
 // of its console when there is one.
 func guestFailure(m *Machine, err error, console *syncbuf.Tail) error {
+	stoppedItself := true
 	select {
 	case <-m.Done():
 	case <-time.After(2 * time.Second):
+		stoppedItself = false
 		m.Stop()
 	}
-	if _, crash := m.Wait(); crash != nil {
+	exit, crash := m.Wait()
+	switch {
+	case crash != nil:
 		err = crash
+	case stoppedItself:
+		err = fmt.Errorf("the VM stopped (%s) before its agent ended the command: %w", exit.Reason, err)
 	}
 	return withConsoleTail(err, console)
 }

@@ -204,7 +204,9 @@ func (b *machineBackend) boot(cfg Config, boot net.Listener) (err error) {
 		return err
 	}
 	start := agent.Start{Idle: true, Hostname: b.spec.GuestHostname(), Identity: &agent.Identity{Generation: b.spec.Generation}}
+	hangUp := hangUpWhenStopped(conn, b.m.Done())
 	_, err = agent.Run(conn, start, agent.Streams{})
+	hangUp()
 	conn.Close()
 	if err != nil {
 		b.m.Stop()

@@ -130,3 +130,22 @@ func TestBzImageOfProjectKernelBoots(t *testing.T) {
 		t.Fatalf("exit %+v, %v; console:\n%s", exit, err, out)
 	}
 }
+
+// TestGuestThatStopsMidCommandEndsTheRun: a guest that goes away in the
+// middle of a command without resetting its devices (here its agent, the
+// init, is killed: the kernel panics and restarts at once; a triple
+// fault is the same to the host) never closes its end of the agent's
+// session; smol must notice the VM stopped, say so and exit non-zero,
+// rather than wait on the agent's connection forever.
+func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
+	home := t.TempDir()
+	begin := time.Now()
+	code, _, stderr, hung := smolRunOnce(t, home, nil, false, "run", "--cpus", "1", "--mem", "256M", "--", "sh", "-c", "echo before; kill -ABRT 1; sleep 600")
+	if hung {
+		t.Fatalf("smol still waited %v after its guest rebooted; stderr:\n%s", smolRunTimeout, stderr)
+	}
+	if code == 0 || !strings.Contains(stderr, "the VM stopped (reboot) before its agent ended the command") {
+		t.Fatalf("exit %d after %v, stderr:\n%s", code, time.Since(begin), stderr)
+	}
+	t.Logf("smol ended %v after it started, exit %d: %.200s", time.Since(begin).Round(time.Millisecond), code, stderr)
+}
