@@ -256,15 +256,20 @@ const agentDrainTime = time.Second
 // read for agentDrainTime. Call the returned function when the session
 // is over.
 func hangUpWhenStopped(conn net.Conn, stopped <-chan struct{}) (over func()) {
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
 		case <-stopped:
-			conn.SetDeadline(time.Now().Add(agentDrainTime))
+			select {
+			case <-done: // over already: both were ready
+			default:
+				conn.SetDeadline(time.Now().Add(agentDrainTime))
+			}
 		case <-done:
 		}
 	}()
-	return func() { close(done) }
+	return func() { close(done); <-exited }
 }
 
 // guestFailure describes a VM that failed around its agent, with the end

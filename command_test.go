@@ -2,8 +2,11 @@ package smol
 
 import (
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/smolvm/smol/internal/syncbuf"
 )
@@ -44,5 +47,41 @@ func TestConsoleTailInErrorIsEscaped(t *testing.T) {
 	}
 	if withConsoleTail(base, nil) != base || withConsoleTail(base, syncbuf.NewTail(10)) != base {
 		t.Fatal("no console, or an empty one, must leave the error alone")
+	}
+}
+
+// A session whose VM stopped ends: bytes already passed on are still
+// read, then reads fail instead of waiting for an agent that is gone;
+// a session that ended first is left alone.
+func TestHangUpWhenStopped(t *testing.T) {
+	host, guest := net.Pipe()
+	defer guest.Close()
+	stopped := make(chan struct{})
+	over := hangUpWhenStopped(host, stopped)
+	defer over()
+	go guest.Write([]byte("last words"))
+	close(stopped)
+	buf := make([]byte, 64)
+	n, err := host.Read(buf)
+	if err != nil || string(buf[:n]) != "last words" {
+		t.Fatalf("read %q, %v: what the guest sent before it stopped is lost", buf[:n], err)
+	}
+	begin := time.Now()
+	if _, err := host.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the VM stopped: %v, want the deadline", err)
+	}
+	if waited := time.Since(begin); waited > agentDrainTime+time.Second {
+		t.Fatalf("the session ended %v after the VM stopped", waited)
+	}
+
+	host2, guest2 := net.Pipe()
+	defer guest2.Close()
+	stopped2 := make(chan struct{})
+	hangUpWhenStopped(host2, stopped2)()
+	close(stopped2)
+	go guest2.Write([]byte("x"))
+	time.Sleep(agentDrainTime + 200*time.Millisecond)
+	if _, err := host2.Read(buf); err != nil {
+		t.Fatalf("a session that was over before the VM stopped was cut: %v", err)
 	}
 }

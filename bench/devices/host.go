@@ -52,27 +52,30 @@ type environment struct {
 	once      sync.Once
 }
 
-func setUp(diskMiB int) (*environment, error) {
+func setUp(diskMiB, walkFiles int) (*environment, error) {
 	dir, err := os.MkdirTemp("", "smol-bench-devices-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	env := &environment{dir: dir, disk: filepath.Join(dir, "disk.img"), share: filepath.Join(dir, "share"), vsockPath: filepath.Join(dir, "v.sock")}
-	if err := env.build(diskMiB); err != nil {
+	if err := env.build(diskMiB, walkFiles); err != nil {
 		env.tearDown()
 		return nil, err
 	}
 	return env, nil
 }
 
-func (env *environment) build(diskMiB int) error {
+func (env *environment) build(diskMiB, walkFiles int) error {
 	if err := writeImage(env.disk, diskMiB); err != nil {
 		return err
 	}
-	// The shared directory: 10,000 empty files for the walk (the guest
-	// writes its big file beside them).
+	// The shared directory: walkFiles empty files for the walk, 100 to a
+	// directory (the guest writes its big file beside them).
 	many := filepath.Join(env.share, "many")
-	for i := 0; i < 10000; i++ {
+	if err := os.MkdirAll(many, 0o755); err != nil {
+		return err
+	}
+	for i := 0; i < walkFiles; i++ {
 		if i%100 == 0 {
 			if err := os.MkdirAll(filepath.Join(many, fmt.Sprintf("d%02d", i/100)), 0o755); err != nil {
 				return err

@@ -19,6 +19,7 @@ func main() {
 	qd := flag.Int("qd", 8, "random reads in flight")
 	diskMiB := flag.Int("disk-mib", 256, "size of the raw disk image, in MiB")
 	fsMiB := flag.Int("fs-mib", 1024, "size of the file written to and read from the shared directory, in MiB")
+	walkFiles := flag.Int("fs-files", 10000, "empty files in the shared directory for the walk (the issue's figure is 10,000; fewer for a quick throughput comparison)")
 	kernel := flag.String("kernel", "build/vmlinux", "guest kernel (vmlinux with a PVH note; QEMU needs one)")
 	initPath := flag.String("init", "build/init", "guest init binary")
 	nettool := flag.String("nettool", "build/nettool", "guest measurement tool")
@@ -45,7 +46,7 @@ func main() {
 		fatal(fmt.Errorf("-mem: %w", err))
 	}
 
-	env, err := setUp(*diskMiB)
+	env, err := setUp(*diskMiB, *walkFiles)
 	if err != nil {
 		fatal(err)
 	}

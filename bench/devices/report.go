@@ -15,7 +15,7 @@ var figures = []guestrun.Figure{
 	{Key: "blk-rand-read", Label: "blk 4k-rand-read", Unit: "IOPS"},
 	{Key: "fs-seq-write", Label: "9p seq-write", Unit: "MB/s"},
 	{Key: "fs-seq-read", Label: "9p seq-read", Unit: "MB/s"},
-	{Key: "fs-find", Label: "9p find (10,000 files)", Unit: "entries/s"},
+	{Key: "fs-find", Label: "9p find (-fs-files, 10,000 by default)", Unit: "entries/s"},
 	{Key: "tcp-send", Label: "tcp guest->host", Unit: "MB/s"},
 	{Key: "tcp-recv", Label: "tcp host->guest", Unit: "MB/s"},
 	{Key: "vsock-send", Label: "vsock guest->host (qemu: vhost)", Unit: "MB/s"},
