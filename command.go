@@ -238,7 +238,11 @@ func acceptAgent(l net.Listener, m *Machine) (net.Conn, error) {
 	case a := <-ch:
 		return a.c, a.err
 	case <-m.Done():
-		return nil, errors.New("the VM ended before its agent started")
+		exit, err := m.Wait()
+		if err != nil {
+			return nil, fmt.Errorf("the VM ended before its agent started: %w", err)
+		}
+		return nil, fmt.Errorf("the VM ended (%s) before its agent started", exit.Reason)
 	case <-time.After(agentBootTimeout):
 		return nil, fmt.Errorf("the guest agent did not start within %v", agentBootTimeout)
 	}

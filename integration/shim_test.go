@@ -49,7 +49,7 @@ func (c *containerdRun) mustCtr(args ...string) string {
 	c.t.Helper()
 	code, out, stderr := c.Ctr(args...)
 	if code != 0 {
-		c.t.Fatalf("ctr %v: exit %d: %s\ncontainerd log:\n%s", args, code, stderr, c.Log())
+		c.t.Fatalf("ctr %v: exit %d: %s\ncontainerd log:\n%s\nmachines:\n%s", args, code, stderr, c.Log(), c.Machines())
 	}
 	return out
 }
