@@ -63,6 +63,9 @@ type Command struct {
 	// Capabilities, if set, are the command's capability sets exactly;
 	// nil gives it its user's (all of them for root).
 	Capabilities *Capabilities
+	// NoNewPrivileges sets the command's no_new_privs bit: no execve
+	// under it gains privileges (setuid bits, file capabilities).
+	NoNewPrivileges bool
 
 	// TTY runs the command on a terminal of Rows x Cols in the guest; its
 	// output then all arrives on Stdout.
@@ -209,7 +212,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		User: first(cmd.User, ic.User),
 		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
 		MaskedPaths: cmd.MaskedPaths, ReadOnlyPaths: cmd.ReadOnlyPaths,
-		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Limits: cmd.Limits, Groups: cmd.Groups, Capabilities: cmd.Capabilities,
+		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Limits: cmd.Limits, Groups: cmd.Groups, Capabilities: cmd.Capabilities, NoNewPrivileges: cmd.NoNewPrivileges,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,
 		PowerOff: true,
 	}

@@ -62,6 +62,12 @@ type Start struct {
 	// Capabilities, if set, are the command's capability sets exactly
 	// (an OCI process's); nil gives it its user's (all of them for root).
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// NoNewPrivileges starts the command with the no_new_privs bit set
+	// (an OCI process's noNewPrivileges, kubelet's
+	// allowPrivilegeEscalation: false): execve never grants it more
+	// privileges, through setuid bits or file capabilities, and no
+	// process it starts can clear the bit.
+	NoNewPrivileges bool `json:"noNewPrivileges,omitempty"`
 	// TTY runs the command on a pseudo-terminal of Rows x Cols; its output
 	// then comes as Stdout frames only.
 	TTY  bool   `json:"tty,omitempty"`

@@ -287,21 +287,21 @@ func TestShimCRI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(roVolume, "seed"), []byte("seeded\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234},
+	locked := startWith(&cri.LinuxContainerSecurityContext{ReadonlyRootfs: true, SupplementalGroups: []int64{1234}, NoNewPrivs: true,
 		Capabilities: &cri.Capability{DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_RAW"}},
 		MaskedPaths:  masked, ReadonlyPaths: readOnly},
 		[]*cri.Mount{{ContainerPath: "/data", HostPath: volume}, {ContainerPath: "/ro", HostPath: roVolume, Readonly: true},
 			{ContainerPath: "/dev/shm/data", HostPath: volume}},
 		"locked", "sleep", "100000")
-	probe := []string{"sh", "-c", "id -G; grep CapBnd /proc/self/status; touch /written 2>/dev/null && echo writable || echo read-only"}
+	probe := []string{"sh", "-c", "id -G; grep -E 'CapBnd|NoNewPrivs' /proc/self/status; touch /written 2>/dev/null && echo writable || echo read-only"}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: locked, Cmd: probe, Timeout: 30}); err != nil ||
 		!strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t0000000000002000\n") ||
-		!strings.HasSuffix(string(res.Stdout), "read-only\n") {
-		t.Errorf("a read-only container with group 1234 and only CAP_NET_RAW: %+v, %v\ncontainerd log:\n%s\n%s", res, err, c.Log(), c.Machines())
+		!strings.Contains(string(res.Stdout), "NoNewPrivs:\t1\n") || !strings.HasSuffix(string(res.Stdout), "read-only\n") {
+		t.Errorf("a read-only container with group 1234, only CAP_NET_RAW and no new privileges: %+v, %v\ncontainerd log:\n%s\n%s", res, err, c.Log(), c.Machines())
 	}
 	if res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: client, Cmd: probe, Timeout: 30}); err != nil ||
 		strings.Contains(string(res.Stdout), "1234") || !strings.Contains(string(res.Stdout), "CapBnd:\t00000000") ||
-		!strings.HasSuffix(string(res.Stdout), "writable\n") {
+		!strings.Contains(string(res.Stdout), "NoNewPrivs:\t0\n") || !strings.HasSuffix(string(res.Stdout), "writable\n") {
 		t.Errorf("a plain container: %+v, %v\ncontainerd log:\n%s\n%s", res, err, c.Log(), c.Machines())
 	}
 	// The pod's DNS configuration and host name reach every container

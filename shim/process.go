@@ -70,7 +70,7 @@ func (p *process) command() smol.Command {
 	s := p.spec
 	c := smol.Command{Args: s.Args, Env: s.Env, Dir: s.Cwd, Root: p.root.path, ReadOnlyRoot: p.root.readOnly, DevMounts: p.root.dev, TTY: p.terminal || s.Terminal,
 		User:   strconv.FormatUint(uint64(s.User.UID), 10) + ":" + strconv.FormatUint(uint64(s.User.GID), 10),
-		Groups: s.User.AdditionalGids, Capabilities: capabilities(s.Capabilities),
+		Groups: s.User.AdditionalGids, Capabilities: capabilities(s.Capabilities), NoNewPrivileges: s.NoNewPrivileges,
 		Signals: p.signals, Resize: p.resize}
 	if p.root.readOnly {
 		c.WritablePaths = p.root.writable

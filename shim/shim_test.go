@@ -28,15 +28,17 @@ func TestMachineNames(t *testing.T) {
 
 // TestCommandFromSpec: the OCI process becomes the agent's command in the
 // container's root (read-only when the spec's root is), as numeric
-// uid:gid with exactly the spec's supplementary groups, with its terminal.
+// uid:gid with exactly the spec's supplementary groups, with its terminal
+// and its no_new_privs.
 func TestCommandFromSpec(t *testing.T) {
 	p := newProcess("c1", "", guestRoot{path: "/run/smol/containers/c1", readOnly: true, writable: []string{"/data"}}, &specs.Process{
 		Args: []string{"sh", "-c", "id"}, Env: []string{"A=1"}, Cwd: "/srv", Terminal: true,
 		User: specs.User{UID: 1000, GID: 100, AdditionalGids: []uint32{100, 1234}}, ConsoleSize: &specs.Box{Height: 40, Width: 120},
+		NoNewPrivileges: true,
 	}, "", "", "", false)
 	c := p.command()
 	if c.Root != "/run/smol/containers/c1" || c.User != "1000:100" || c.Dir != "/srv" || !c.TTY || c.Rows != 40 || c.Cols != 120 || len(c.Args) != 3 || c.Env[0] != "A=1" ||
-		!c.ReadOnlyRoot || len(c.WritablePaths) != 1 || c.WritablePaths[0] != "/data" || len(c.Groups) != 2 || c.Groups[1] != 1234 || c.Capabilities != nil {
+		!c.ReadOnlyRoot || len(c.WritablePaths) != 1 || c.WritablePaths[0] != "/data" || len(c.Groups) != 2 || c.Groups[1] != 1234 || c.Capabilities != nil || !c.NoNewPrivileges {
 		t.Errorf("command %+v", c)
 	}
 	if p.kill(9) {

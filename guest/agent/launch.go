@@ -38,6 +38,8 @@ type launchSpec struct {
 	// Caps, if set, are the command's capability sets exactly; nil
 	// leaves the kernel's rule: all of them for root, none for others.
 	Caps *agent.Capabilities `json:"caps,omitempty"`
+	// NoNewPrivs sets the no_new_privs bit before the command's execve.
+	NoNewPrivs bool `json:"noNewPrivs,omitempty"`
 	// Proc, if set, mounts the launcher's PID namespace's proc on /proc
 	// and applies the container's masks below it.
 	Proc *procMasks `json:"proc,omitempty"`
@@ -51,9 +53,9 @@ type procMasks struct {
 
 // useLauncher makes cmd (its root, credential and program already
 // resolved) start through the launcher.
-func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, proc *procMasks) {
+func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, noNewPrivs bool, proc *procMasks) {
 	cred := cmd.SysProcAttr.Credential
-	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, Proc: proc}
+	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, NoNewPrivs: noNewPrivs, Proc: proc}
 	b, _ := json.Marshal(spec) // plain values: cannot fail
 	cmd.Args = append([]string{launcherName, string(b)}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
@@ -97,6 +99,13 @@ func launch(args []string) {
 	}
 	if err != nil {
 		fail(err)
+	}
+	// Last, after the user switch and capability sets: the bit limits
+	// what execve grants, not what this thread may still set up.
+	if spec.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			fail(fmt.Errorf("no_new_privs: %w", err))
+		}
 	}
 	err = unix.Exec(spec.Path, args[1:], os.Environ())
 	fail(fmt.Errorf("%s: %w", spec.Path, err))

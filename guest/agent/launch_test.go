@@ -20,8 +20,9 @@ func TestMain(m *testing.M) {
 }
 
 // statusOf runs cat /proc/self/status through the launcher as uid:uid
-// with group 1234 and caps, and returns its fields.
-func statusOf(t *testing.T, uid uint32, caps agent.Capabilities) map[string]string {
+// with group 1234, caps and (if noNewPrivs) the no_new_privs bit, and
+// returns its fields.
+func statusOf(t *testing.T, uid uint32, caps agent.Capabilities, noNewPrivs bool) map[string]string {
 	t.Helper()
 	cat, err := exec.LookPath("cat")
 	if err != nil {
@@ -29,7 +30,7 @@ func statusOf(t *testing.T, uid uint32, caps agent.Capabilities) map[string]stri
 	}
 	cmd := &exec.Cmd{Path: cat, Args: []string{"cat", "/proc/self/status"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{1234}}}}
-	useLauncher(cmd, &caps, nil)
+	useLauncher(cmd, &caps, noNewPrivs, nil)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("launch: %v", err)
@@ -68,11 +69,29 @@ func TestLauncherSetsCredentials(t *testing.T) {
 		{"a user without", 1000, agent.Capabilities{Bounding: []uint8{0, 13}},
 			map[string]string{"CapBnd": chownRaw, "CapEff": "0000000000000000", "CapPrm": "0000000000000000"}},
 	} {
-		got := statusOf(t, c.uid, c.caps)
+		got := statusOf(t, c.uid, c.caps, false)
 		for k, v := range c.want {
 			if got[k] != v {
 				t.Errorf("%s: %s is %q, want %q", c.name, k, got[k], v)
 			}
+		}
+	}
+}
+
+// TestLauncherSetsNoNewPrivs: the bit is set when asked, for root and
+// for a user, and not otherwise.
+func TestLauncherSetsNoNewPrivs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the launcher starts as root, as the guest agent does")
+	}
+	all := agent.Capabilities{Bounding: []uint8{0, 13}, Effective: []uint8{0, 13}, Permitted: []uint8{0, 13}}
+	for _, c := range []struct {
+		uid        uint32
+		noNewPrivs bool
+		want       string
+	}{{0, true, "1"}, {1000, true, "1"}, {0, false, "0"}, {1000, false, "0"}} {
+		if got := statusOf(t, c.uid, all, c.noNewPrivs)["NoNewPrivs"]; got != c.want {
+			t.Errorf("uid %d, noNewPrivs %v: NoNewPrivs is %q, want %q", c.uid, c.noNewPrivs, got, c.want)
 		}
 	}
 }
@@ -85,7 +104,7 @@ func TestLauncherFailsLikeAMissingCommand(t *testing.T) {
 	}
 	cmd := &exec.Cmd{Path: "/nonexistent/program", Args: []string{"program"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{}}}
-	useLauncher(cmd, &agent.Capabilities{}, nil)
+	useLauncher(cmd, &agent.Capabilities{}, false, nil)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err := cmd.Run()

@@ -291,12 +291,12 @@ func prepare(start agent.Start) (*process, error) {
 		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
 	}
 	mountProc := start.PIDNamespace != "" && procNeeded(root, start.PIDNamespace)
-	if start.Capabilities != nil || mountProc {
+	if start.Capabilities != nil || start.NoNewPrivileges || mountProc {
 		var proc *procMasks
 		if mountProc {
 			proc = &procMasks{Masked: underProc(start.MaskedPaths), ReadOnly: underProc(start.ReadOnlyPaths)}
 		}
-		useLauncher(cmd, start.Capabilities, proc)
+		useLauncher(cmd, start.Capabilities, start.NoNewPrivileges, proc)
 	}
 	if start.NewPIDNamespace {
 		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
