@@ -166,7 +166,7 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 		return nil, err
 	}
 	for _, v := range vols {
-		spec.Volumes = append(spec.Volumes, machine.Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly})
+		spec.Volumes = append(spec.Volumes, machine.Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly, Setuid: v.Setuid})
 	}
 	for _, d := range c.Disks {
 		p, err := filepath.Abs(d.Path)

@@ -21,6 +21,12 @@ type Volume struct {
 	Host     string `json:"host"`
 	Guest    string `json:"guest"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Setuid honours the setuid and setgid bits of HOST's files inside
+	// the guest (a container's root, whose image may hold su or ping);
+	// otherwise the guest mounts the volume nosuid. Either way the guest
+	// cannot make a file setuid on the host: the 9P server drops those
+	// bits from every mode it is asked to set.
+	Setuid bool `json:"setuid,omitempty"`
 }
 
 // MaxVolumes bounds a VM's volumes.
@@ -78,7 +84,8 @@ func checkVolumes(vols []Volume) ([]Volume, error) {
 		if err := unix.Access(host, mode); err != nil {
 			return nil, fmt.Errorf("volume %s: %v for this user", v.Host, err)
 		}
-		out[i] = Volume{Host: host, Guest: v.Guest, ReadOnly: v.ReadOnly}
+		v.Host = host
+		out[i] = v
 	}
 	return out, nil
 }
@@ -103,7 +110,7 @@ func checkGuestPath(p string) error {
 }
 
 // volumeDevices gives the VMM one share per volume and the agent the
-// kernel command line that mounts them (smol.shares=TAG:PATH[:ro],...).
+// kernel command line that mounts them (smol.shares=TAG:PATH[:ro][:suid],...).
 func volumeDevices(vols []Volume) ([]vmm.Share, string) {
 	if len(vols) == 0 {
 		return nil, ""
@@ -116,6 +123,9 @@ func volumeDevices(vols []Volume) ([]vmm.Share, string) {
 		item := tag + ":" + v.Guest
 		if v.ReadOnly {
 			item += ":ro"
+		}
+		if v.Setuid {
+			item += ":suid"
 		}
 		spec = append(spec, item)
 	}

@@ -30,7 +30,7 @@ func TestCheckVolumes(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
 	os.WriteFile(file, nil, 0o644)
-	if vols, err := checkVolumes([]Volume{{Host: dir, Guest: "/work"}}); err != nil || vols[0].Host != dir {
+	if vols, err := checkVolumes([]Volume{{Host: dir, Guest: "/work", Setuid: true}}); err != nil || vols[0].Host != dir || !vols[0].Setuid {
 		t.Fatalf("a good volume: %v %v", vols, err)
 	}
 	for want, vols := range map[string][]Volume{
@@ -54,8 +54,8 @@ func TestCheckVolumes(t *testing.T) {
 			t.Error("an unreadable directory accepted")
 		}
 	}
-	shares, cmdline := volumeDevices([]Volume{{Host: "/a", Guest: "/x"}, {Host: "/b", Guest: "/y", ReadOnly: true}})
-	if len(shares) != 2 || shares[1].Tag != "smol1" || !shares[1].ReadOnly || cmdline != "smol.shares=smol0:/x,smol1:/y:ro" {
+	shares, cmdline := volumeDevices([]Volume{{Host: "/a", Guest: "/x"}, {Host: "/b", Guest: "/y", ReadOnly: true}, {Host: "/c", Guest: "/z", Setuid: true}})
+	if len(shares) != 3 || shares[1].Tag != "smol1" || !shares[1].ReadOnly || cmdline != "smol.shares=smol0:/x,smol1:/y:ro,smol2:/z:suid" {
 		t.Errorf("volumeDevices: %+v %q", shares, cmdline)
 	}
 }

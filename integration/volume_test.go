@@ -1,14 +1,18 @@
 package integration
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/smolvm/smol"
 )
 
 // Host directories in the guest (-v), through the CLI, with Linux guests
@@ -151,4 +155,99 @@ func TestVolumeMachineAndBadInput(t *testing.T) {
 	}
 	code, _, stderr, _ = smolRunOnce(t, home, nil, false, "run", "-v", dir+":/a", "-v", dir+":/a", "--", "true")
 	refused("twice", code, stderr)
+}
+
+// euidProgram is a static x86-64 Linux program of 136 bytes that exits
+// with its effective uid (mod 256): geteuid, then exit with it. A
+// setuid-root copy of it says whether a mount honours setuid bits.
+func euidProgram() []byte {
+	le := binary.LittleEndian
+	code := []byte{
+		0xb8, 107, 0, 0, 0, // mov eax, SYS_geteuid
+		0x0f, 0x05, // syscall
+		0x89, 0xc7, // mov edi, eax
+		0xb8, 60, 0, 0, 0, // mov eax, SYS_exit
+		0x0f, 0x05, // syscall
+	}
+	const base, headers = 0x400000, 64 + 56
+	size := uint64(headers + len(code))
+	b := []byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	b = le.AppendUint16(b, 2)    // ET_EXEC
+	b = le.AppendUint16(b, 0x3e) // x86-64
+	b = le.AppendUint32(b, 1)
+	b = le.AppendUint64(b, base+headers) // entry: the code
+	b = le.AppendUint64(b, 64)           // program headers
+	b = le.AppendUint64(b, 0)            // no sections
+	b = le.AppendUint32(b, 0)
+	b = le.AppendUint16(b, 64)
+	b = le.AppendUint16(b, 56)
+	b = le.AppendUint16(b, 1)
+	b = append(b, 0, 0, 0, 0, 0, 0)
+	b = le.AppendUint32(b, 1) // PT_LOAD of the whole file
+	b = le.AppendUint32(b, 5) // R+X
+	b = le.AppendUint64(b, 0)
+	b = le.AppendUint64(b, base)
+	b = le.AppendUint64(b, base)
+	b = le.AppendUint64(b, size)
+	b = le.AppendUint64(b, size)
+	b = le.AppendUint64(b, 0x1000)
+	return append(b, code...)
+}
+
+// TestVolumeSetuid: in a volume given Setuid (the shim's container
+// roots), a setuid-root program run by uid 1000 runs as root, unless
+// the command has no_new_privs; in a plain volume it runs as the user
+// (nosuid); and a chmod u+s from the guest never makes a setuid file on
+// the host.
+func TestVolumeSetuid(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the test's setuid-root program must be root's")
+	}
+	home := t.TempDir()
+	t.Setenv("SMOL_HOME", home)
+	smol.VMMExecutable = artifact(t, "bin/smol", "build")
+	suid, plain := t.TempDir(), t.TempDir()
+	for _, dir := range []string{suid, plain} {
+		p := filepath.Join(dir, "euid")
+		if err := os.WriteFile(p, euidProgram(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o755|os.ModeSetuid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	m, err := smol.CreateMachine(ctx, smol.MachineConfig{Name: "suid", Image: machineImage(t), CPUs: 1, Memory: 256 << 20, Storage: 256 << 20,
+		Volumes: []smol.Volume{{Host: suid, Guest: "/s", Setuid: true}, {Host: plain, Guest: "/n"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Remove(ctx, true)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run := func(noNewPrivs bool, script string) string {
+		var out strings.Builder
+		code, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", script}, User: "1000:1000", NoNewPrivileges: noNewPrivs, Stdout: &out, Stderr: &out})
+		if err != nil || code != 0 {
+			t.Fatalf("exec %q: %d %v: %s", script, code, err, out.String())
+		}
+		return out.String()
+	}
+	if got := run(false, "/s/euid; echo $?; /n/euid; echo $?"); got != "0\n232\n" {
+		t.Errorf("effective uids (exit statuses) in the setuid volume and the plain one: %q, want 0 and 232 (1000)", got)
+	}
+	if got := run(true, "/s/euid; echo $?"); got != "232\n" {
+		t.Errorf("with no_new_privs the setuid program ran with euid %q, want 232 (1000)", got)
+	}
+	var out strings.Builder
+	if code, err := m.Exec(ctx, smol.Command{Args: []string{"sh", "-c", "touch /s/made /n/made && chmod 6755 /s/made /n/made; ls -l /s/made"}, Stdout: &out, Stderr: &out}); err != nil || code != 0 {
+		t.Fatalf("chmod in the guest: %d %v %s", code, err, out.String())
+	}
+	for _, dir := range []string{suid, plain} {
+		fi, err := os.Stat(filepath.Join(dir, "made"))
+		if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("the guest's chmod 6755 on the host: %v, %v (guest: %q)", fi.Mode(), err, out.String())
+		}
+	}
 }

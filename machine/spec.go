@@ -119,6 +119,7 @@ type Volume struct {
 	Host     string `json:"host"`
 	Guest    string `json:"guest"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	Setuid   bool   `json:"setuid,omitempty"` // smol.Volume's
 }
 
 // Disk is an extra raw disk.

@@ -219,7 +219,9 @@ func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec)
 	// The pod's host name (spec.Hostname: the pod's, or the node's for a
 	// pod in the host network) is its VM's: the containers share it.
 	cfg := smol.MachineConfig{Name: name, CPUs: 2, Memory: 2 << 30, Storage: 1 << 30, Hostname: spec.Hostname,
-		Volumes: []smol.Volume{{Host: filepath.Join(s.group, "roots"), Guest: guestRoots}}}
+		// Setuid: an image's setuid files work in its container, as with
+		// runc (the VM is the boundary).
+		Volumes: []smol.Volume{{Host: filepath.Join(s.group, "roots"), Guest: guestRoots, Setuid: true}}}
 	if l := spec.Linux; l != nil && l.Resources != nil && l.Resources.Memory != nil && l.Resources.Memory.Limit != nil && *l.Resources.Memory.Limit >= 256<<20 {
 		cfg.Memory = uint64(*l.Resources.Memory.Limit)
 	}

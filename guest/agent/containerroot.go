@@ -104,7 +104,9 @@ func prepareRootOnce(root string, start agent.Start) error {
 		if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind it: %w", err)
 		}
-		if err := unix.Mount("", root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		// nodev and (unless the share allows setuid files) nosuid come
+		// from the share the root is on.
+		if err := remountBindReadOnly(root); err != nil {
 			return fmt.Errorf("make it read-only: %w", err)
 		}
 		// The read-only view is a new mount on root's path.

@@ -72,13 +72,20 @@ func remountReadOnly(rootFD int, p string) error {
 		return err
 	}
 	defer unix.Close(fd)
+	return remountBindReadOnly(fdPath(fd))
+}
+
+// remountBindReadOnly makes the bind mount at path read-only, keeping
+// the flags it has (nosuid, nodev, noexec, atime): a remount sets all
+// of them anew, and one left out would be cleared.
+func remountBindReadOnly(path string) error {
 	var fs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &fs); err != nil {
+	if err := unix.Statfs(path, &fs); err != nil {
 		return err
 	}
 	// statfs's ST_ flags have the values of the mount flags they report.
 	kept := uintptr(fs.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME | unix.MS_NODIRATIME | unix.MS_RELATIME)
-	return unix.Mount("", fdPath(fd), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|kept, "")
+	return unix.Mount("", path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|kept, "")
 }
 
 // underProc keeps the paths below /proc, outsideProc the others.

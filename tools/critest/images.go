@@ -152,6 +152,53 @@ func nginxImage(dir string) (string, error) {
 	return out, tarball.WriteToFile(out, tag, img)
 }
 
+// noNewPrivsRef is the image of the suite's NoNewPrivs specs
+// (cri-tools' noNewPrivsImage), created by its full name as nginxRef is.
+const noNewPrivsRef = "registry.k8s.io/e2e-test-images/nonewprivs:1.3"
+
+// nnpName is the stand-in's program: this harness's own static binary,
+// which behaves as the image's nnp when run by that name.
+const nnpName = "nnp"
+
+// nnp is the image's program: it prints its effective uid, which its
+// setuid-root file makes 0 unless the no_new_privs bit kept it the
+// caller's (the suite runs it as uid 1000).
+func nnp() { fmt.Printf("Effective uid: %d\n", os.Geteuid()) }
+
+// noNewPrivsImage writes, as a docker-save tarball for ctr import, a
+// stand-in for noNewPrivsRef: busybox and /usr/local/bin/nnp, setuid
+// root, as its entrypoint.
+func noNewPrivsImage(dir string) (string, error) {
+	root, err := busyboxRoot()
+	if err != nil {
+		return "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	body, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	prog := imagetest.File("usr/local/bin/"+nnpName, string(body))
+	prog.Mode = 0o4755 // setuid root
+	extra, err := imagetest.Layer(imagetest.Dir("usr/"), imagetest.Dir("usr/local/"), imagetest.Dir("usr/local/bin/"), prog)
+	if err != nil {
+		return "", err
+	}
+	img, err := imagetest.Image("amd64", v1.Config{Env: []string{"PATH=/bin"}, Entrypoint: []string{"/usr/local/bin/" + nnpName}}, root, extra)
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(noNewPrivsRef)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "nonewprivs.tar")
+	return out, tarball.WriteToFile(out, tag, img)
+}
+
 // busyboxRoot is a root of the host's static busybox with every applet it
 // has linked in /bin, the suite's users and groups, and a web page.
 func busyboxRoot() (v1.Layer, error) {

@@ -33,6 +33,10 @@ import (
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == nnpName {
+		nnp()
+		return
+	}
 	critest := flag.String("critest", "build/critest", "the critest binary")
 	shim := flag.String("shim", "bin/containerd-shim-smol-v2", "smol's shim")
 	runtimes := flag.String("runtimes", "runc,smol", "runtime handlers to run the suite with, in order")
@@ -84,7 +88,7 @@ func run(critest, shim, cniBin, focus string, seed int64, runtimes []string, pri
 		return err
 	}
 	defer d.Close()
-	for _, write := range []func(string) (string, error){pauseImage, nginxImage} {
+	for _, write := range []func(string) (string, error){pauseImage, nginxImage, noNewPrivsImage} {
 		tarball, err := write(work)
 		if err != nil {
 			return err

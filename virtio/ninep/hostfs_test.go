@@ -215,3 +215,39 @@ func TestTreeListsManyFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestTreeMakesNoSetuidFiles: whatever mode the guest asks for, a file
+// or directory on the host never gets the setuid or setgid bit (the VMM
+// may run as root: such a file would be a way up for the host's users).
+// The server refuses such a mode or drops the bits.
+func TestTreeMakesNoSetuidFiles(t *testing.T) {
+	dir := t.TempDir()
+	root := serve(t, dir, false)
+	if err := os.WriteFile(filepath.Join(dir, "old"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, err := walk(t, root, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := map[string]error{}
+	_, _, _, attempts["made"] = root.Create("made", p9.WriteOnly, 0o6755, 0, 0)
+	_, attempts["dir"] = root.Mkdir("dir", 0o3777, 0, 0)
+	attempts["old"] = old.SetAttr(p9.SetAttrMask{Permissions: true}, p9.SetAttr{Permissions: 0o6755})
+	for name, err := range attempts {
+		fi, statErr := os.Stat(filepath.Join(dir, name))
+		if err != nil && name != "old" {
+			if statErr == nil {
+				t.Errorf("%s: refused (%v) but made", name, err)
+			}
+			continue
+		}
+		if statErr != nil {
+			t.Fatal(statErr)
+		}
+		if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s: mode %v on the host", name, fi.Mode())
+		}
+		t.Logf("%s: %v, host mode %v", name, err, fi.Mode())
+	}
+}
