@@ -233,7 +233,7 @@ func TestShimCRI(t *testing.T) {
 		t.Helper()
 		res, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: maskProbe, Timeout: 30})
 		if err != nil {
-			t.Fatalf("ExecSync: %v", err)
+			t.Fatalf("ExecSync: %v\ncontainerd log:\n%s\n%s", err, c.Log(), c.Machines())
 		}
 		return strings.Join(strings.Fields(string(res.Stdout)), " ")
 	}
