@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/machine"
 )
 
 // Persistent machines, driven through the CLI as a user would: each
@@ -31,9 +32,43 @@ func machineCLI(t *testing.T, home string, args ...string) (int, string, string)
 	t.Helper()
 	code, stdout, stderr, hung := smolRunOnce(t, home, nil, false, append([]string{"machine"}, args...)...)
 	if hung {
-		t.Fatalf("smol machine %v did not finish within %v; stderr: %s", args, smolRunTimeout, stderr)
+		diagnosis := ""
+		if len(args) > 1 {
+			diagnosis = machineDiagnosis(home, args[1])
+		}
+		t.Fatalf("smol machine %v did not finish within %v; stderr: %s%s", args, smolRunTimeout, stderr, diagnosis)
 	}
 	return code, stdout, stderr
+}
+
+// machineDiagnosis says where machine name's VMM process was when a
+// command to it hung: it is ended with SIGABRT (its goroutines go to its
+// VMM log: it inherited GOTRACEBACK=all from the start command), then the
+// ends of its VMM log and console are returned.
+func machineDiagnosis(home, name string) string {
+	dir := filepath.Join(home, "machines", name)
+	if _, err := os.Stat(dir); err != nil {
+		return ""
+	}
+	var st struct {
+		PID int `json:"pid"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "state.json")); err == nil {
+		json.Unmarshal(b, &st)
+	}
+	if st.PID > 0 {
+		syscall.Kill(st.PID, syscall.SIGABRT)
+		time.Sleep(3 * time.Second)
+	}
+	tail := func(file string, n int) string {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return err.Error()
+		}
+		return string(b[max(0, len(b)-n):])
+	}
+	return fmt.Sprintf("\n--- machine %s (VMM pid %d), %s:\n%s\n--- %s:\n%s", name, st.PID,
+		machine.VMMLog, tail(machine.VMMLog, 30000), machine.ConsoleLog, tail(machine.ConsoleLog, 4000))
 }
 
 // mustMachine runs a machine command that must succeed.
