@@ -60,6 +60,15 @@ func machineDiagnosis(home, name string) string {
 		syscall.Kill(st.PID, syscall.SIGABRT)
 		time.Sleep(3 * time.Second)
 	}
+	return machineLogs(home, name, st.PID)
+}
+
+// machineLogs returns the ends of machine name's VMM log and console.
+func machineLogs(home, name string, pid int) string {
+	dir := filepath.Join(home, "machines", name)
+	if _, err := os.Stat(dir); err != nil {
+		return ""
+	}
 	tail := func(file string, n int) string {
 		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
@@ -67,7 +76,7 @@ func machineDiagnosis(home, name string) string {
 		}
 		return string(b[max(0, len(b)-n):])
 	}
-	return fmt.Sprintf("\n--- machine %s (VMM pid %d), %s:\n%s\n--- %s:\n%s", name, st.PID,
+	return fmt.Sprintf("\n--- machine %s (VMM pid %d), %s:\n%s\n--- %s:\n%s", name, pid,
 		machine.VMMLog, tail(machine.VMMLog, 30000), machine.ConsoleLog, tail(machine.ConsoleLog, 4000))
 }
 
@@ -76,7 +85,11 @@ func mustMachine(t *testing.T, home string, args ...string) string {
 	t.Helper()
 	code, stdout, stderr := machineCLI(t, home, args...)
 	if code != 0 {
-		t.Fatalf("smol machine %v: exit %d, stderr: %s", args, code, stderr)
+		logs := ""
+		if len(args) > 1 {
+			logs = machineLogs(home, args[1], 0)
+		}
+		t.Fatalf("smol machine %v: exit %d, stderr: %s%s", args, code, stderr, logs)
 	}
 	return stdout
 }
