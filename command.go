@@ -172,7 +172,7 @@ func RunCommand(ctx context.Context, cfg Config, image *imagefs.Image, cmd Comma
 	hangUp()
 	conn.Close() // the agent powers off once the host hung up
 	if err != nil {
-		return 0, guestFailure(m, err, console)
+		return 0, guestFailure(m, commandCut(m, err), console)
 	}
 	select {
 	case <-m.Done():
@@ -282,21 +282,28 @@ func hangUpWhenStopped(conn net.Conn, stopped <-chan struct{}) (over func()) {
 // guestFailure describes a VM that failed around its agent, with the end
 // of its console when there is one.
 func guestFailure(m *Machine, err error, console *syncbuf.Tail) error {
-	stoppedItself := true
 	select {
 	case <-m.Done():
 	case <-time.After(2 * time.Second):
-		stoppedItself = false
 		m.Stop()
 	}
-	exit, crash := m.Wait()
-	switch {
-	case crash != nil:
+	if _, crash := m.Wait(); crash != nil {
 		err = crash
-	case stoppedItself:
-		err = fmt.Errorf("the VM stopped (%s) before its agent ended the command: %w", exit.Reason, err)
 	}
 	return withConsoleTail(err, console)
+}
+
+// commandCut names a VM that stopped by itself under a running command
+// (a crash names itself in guestFailure).
+func commandCut(m *Machine, err error) error {
+	select {
+	case <-m.Done():
+		if exit, crash := m.Wait(); crash == nil {
+			return fmt.Errorf("the VM stopped (%s) before its agent ended the command: %w", exit.Reason, err)
+		}
+	default:
+	}
+	return err
 }
 
 // withConsoleTail adds the end of the guest's console to err, if there is
