@@ -167,8 +167,16 @@ func ServeMachine(name string, src VMMSource) (err error) {
 		src.Ready.Write([]byte{1}) // a starter that went away is no reason to stop
 		src.Ready.Close()
 	}
-	_, werr := m.Wait()
-	fmt.Fprintf(console, "smol: machine %s ended at %s\n", name, time.Now().UTC().Format(time.RFC3339))
+	exit, werr := m.Wait()
+	// Why it ended goes into the console log too: a machine whose guest
+	// powered itself off or reset leaves no error anywhere else.
+	why := exit.Reason
+	if werr != nil {
+		why = werr.Error()
+	} else if b.stopping.Load() {
+		why = "stopped by the host"
+	}
+	fmt.Fprintf(console, "smol: machine %s ended at %s: %s\n", name, time.Now().UTC().Format(time.RFC3339), why)
 	if werr != nil && !b.stopping.Load() {
 		return werr
 	}
