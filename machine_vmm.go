@@ -125,9 +125,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	if g := spec.GPU; g != nil {
 		cfg.GPU = &GPU{Width: g.Width, Height: g.Height, Virgl: g.Virgl}
 	}
-	for _, v := range spec.Volumes {
-		cfg.Volumes = append(cfg.Volumes, Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly, Setuid: v.Setuid})
-	}
+	cfg.Volumes = spec.Volumes
 	if n := spec.Net; n != nil {
 		cfg.Net = &Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS, Publish: n.Publish, NoEgress: n.NoEgress}
 		egress, err := machine.OpenLog(st.Path(name, machine.EgressLog))

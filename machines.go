@@ -165,9 +165,7 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range vols {
-		spec.Volumes = append(spec.Volumes, machine.Volume{Host: v.Host, Guest: v.Guest, ReadOnly: v.ReadOnly, Setuid: v.Setuid})
-	}
+	spec.Volumes = vols
 	for _, d := range c.Disks {
 		p, err := filepath.Abs(d.Path)
 		if err != nil {

@@ -8,26 +8,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/smolvm/smol/machine"
 	"github.com/smolvm/smol/vmm"
 	"golang.org/x/sys/unix"
 )
 
 // Volume is a host directory the guest sees at Guest (smol run -v
-// HOST:GUEST[:ro]): served by the VMM over virtio-9p, confined to Host
-// (the guest's "..", symlinks and hard links never reach outside it; it
-// can neither open nor make device nodes there), with ReadOnly enforced
-// on the host. Files the guest creates belong to the user smol runs as.
-type Volume struct {
-	Host     string `json:"host"`
-	Guest    string `json:"guest"`
-	ReadOnly bool   `json:"readOnly,omitempty"`
-	// Setuid honours the setuid and setgid bits of HOST's files inside
-	// the guest (a container's root, whose image may hold su or ping);
-	// otherwise the guest mounts the volume nosuid. Either way the guest
-	// cannot make a file setuid on the host: the 9P server drops those
-	// bits from every mode it is asked to set.
-	Setuid bool `json:"setuid,omitempty"`
-}
+// HOST:GUEST[:ro]): machine.Volume, one type for a run's volumes and a
+// named machine's, which its spec file stores.
+type Volume = machine.Volume
 
 // MaxVolumes bounds a VM's volumes.
 const MaxVolumes = 16

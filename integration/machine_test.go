@@ -80,6 +80,30 @@ func machineLogs(home, name string, pid int) string {
 		machine.VMMLog, tail(machine.VMMLog, 30000), machine.ConsoleLog, tail(machine.ConsoleLog, 4000))
 }
 
+// machineCrash returns the crash a machine's VMM recorded when the
+// machine ended (the console log's last line, "smol: machine NAME ended at
+// TIME: guest crashed: ..."), or "" when it is running or ended otherwise.
+// The VMM writes that line just after the guest stopped, so a command that
+// saw its session cut may look a moment before it: this waits up to 5 s
+// for the machine to end.
+func machineCrash(home, name string) string {
+	console := filepath.Join(home, "machines", name, machine.ConsoleLog)
+	prefix := "smol: machine " + name + " ended at "
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		b, _ := os.ReadFile(console)
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if last := lines[len(lines)-1]; strings.HasPrefix(last, prefix) {
+			if _, crash, ok := strings.Cut(last, ": guest crashed: "); ok {
+				return crash
+			}
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+	}
+}
+
 // mustMachine runs a machine command that must succeed.
 func mustMachine(t *testing.T, home string, args ...string) string {
 	t.Helper()

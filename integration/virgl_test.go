@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"image/color"
 	"image/png"
 	"os"
@@ -69,9 +70,36 @@ func TestVirgl3D(t *testing.T) {
 		}
 	})
 
-	mustMachine(t, home, "create", "gl", "--image", image, "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--storage", "2G")
-	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "gl") })
-	startMachine(t, home, "gl")
+	attempt := 0
+	retryIfGuestDies(t, func() error {
+		attempt++
+		return virglMachine(t, home, fmt.Sprintf("gl%d", attempt), image, gltriBin)
+	})
+}
+
+// virglMachine is one attempt of TestVirgl3D on a new machine, name. A
+// guest that crashes under the GL work (in the box: a silent triple
+// fault, the reset-state registers KVM leaves after a shutdown exit, seen
+// in 1 of 4 runs at different steps; README's known issue) ends the
+// attempt as a guestDied; any other failure fails the test.
+func virglMachine(t *testing.T, home, name, image, gltriBin string) error {
+	mustMachine(t, home, "create", name, "--image", image, "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--storage", "2G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
+	startMachine(t, home, name)
+	// must runs a machine command that must succeed, or finds the guest
+	// crashed.
+	must := func(args ...string) (string, error) {
+		t.Helper()
+		code, stdout, stderr := machineCLI(t, home, args...)
+		if code == 0 {
+			return stdout, nil
+		}
+		if crash := machineCrash(home, name); crash != "" {
+			return "", &guestDied{msg: fmt.Sprintf("smol machine %v: %s (the guest crashed: %s)", args, strings.TrimSpace(stderr), crash)}
+		}
+		t.Fatalf("smol machine %v: exit %d, stderr: %s%s", args, code, stderr, machineLogs(home, name, 0))
+		return "", nil
+	}
 
 	// The host's own llvmpipe, the reference.
 	hostRun := func(args ...string) gltri.Result {
@@ -84,7 +112,10 @@ func TestVirgl3D(t *testing.T) {
 	}
 
 	start := time.Now()
-	out := mustMachine(t, home, "exec", "gl", "--", "gltri")
+	out, err := must("exec", name, "--", "gltri")
+	if err != nil {
+		return err
+	}
 	t.Logf("guest gltri (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
 	guest := gltri.Parse(out)
 	if !strings.Contains(guest["renderer"], "virgl") {
@@ -99,7 +130,10 @@ func TestVirgl3D(t *testing.T) {
 	}
 
 	const frames = "20"
-	out = mustMachine(t, home, "exec", "gl", "--", "gltri", "bench", frames)
+	out, err = must("exec", name, "--", "gltri", "bench", frames)
+	if err != nil {
+		return err
+	}
 	guest = gltri.Parse(out)
 	host = hostRun("bench", frames)
 	t.Logf("%s frames of 256 triangles: guest through virgl %s ms, host llvmpipe %s ms (renderer %q)", frames, guest["ms"], host["ms"], guest["renderer"])
@@ -110,11 +144,13 @@ func TestVirgl3D(t *testing.T) {
 	// A picture on the display the way a compositor shows one: a GBM
 	// buffer rendered through virgl, put on the CRTC. The screenshot is
 	// read back from the renderer: the top half red, the bottom green.
-	mustMachine(t, home, "exec", "gl", "--", "sh", "-c", "glscan 600 > /tmp/glscan.log 2>&1 &")
+	if _, err := must("exec", name, "--", "sh", "-c", "glscan 600 > /tmp/glscan.log 2>&1 &"); err != nil {
+		return err
+	}
 	shot := filepath.Join(t.TempDir(), "shot.png")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		code, _, stderr := machineCLI(t, home, "screenshot", "gl", "-o", shot)
+		code, _, stderr := machineCLI(t, home, "screenshot", name, "-o", shot)
 		var top, bottom color.RGBA
 		if code == 0 {
 			f, err := os.Open(shot)
@@ -134,37 +170,45 @@ func TestVirgl3D(t *testing.T) {
 				break
 			}
 		}
+		if crash := machineCrash(home, name); crash != "" {
+			return &guestDied{msg: "the guest crashed while glscan held the display: " + crash}
+		}
 		if time.Now().After(deadline) {
-			_, log, _ := machineCLI(t, home, "exec", "gl", "--", "cat", "/tmp/glscan.log")
+			_, log, _ := machineCLI(t, home, "exec", name, "--", "cat", "/tmp/glscan.log")
 			// Where glscan is stuck, if it is, and what the guest's
 			// kernel and the VMM said.
-			_, state, _ := machineCLI(t, home, "exec", "gl", "--", "sh", "-c",
+			_, state, _ := machineCLI(t, home, "exec", name, "--", "sh", "-c",
 				"for p in $(pidof glscan); do echo pid $p; grep State /proc/$p/status; cat /proc/$p/wchan; echo; cat /proc/$p/stack; done; dmesg | tail -n 30")
-			vmmLog, _ := os.ReadFile(filepath.Join(home, "machines", "gl", "vmm.log"))
+			vmmLog, _ := os.ReadFile(filepath.Join(home, "machines", name, "vmm.log"))
 			t.Fatalf("screenshot (exit %d, %s): top %v bottom %v, want red over green; glscan said: %s\nglscan in the guest:\n%s\nvmm.log:\n%s",
 				code, stderr, top, bottom, log, state, tail(vmmLog, 4096))
 		}
 		time.Sleep(time.Second)
 	}
-	mustMachine(t, home, "exec", "gl", "--", "sh", "-c", "kill $(pidof glscan)")
+	if _, err := must("exec", name, "--", "sh", "-c", "kill $(pidof glscan)"); err != nil {
+		return err
+	}
 
 	// Kill the helper: the GPU breaks, the machine does not.
-	helper := helperOf(t, home, "gl")
+	helper := helperOf(t, home, name)
 	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := machineCLI(t, home, "exec", "gl", "--", "timeout", "120", "gltri")
+	code, out, stderr := machineCLI(t, home, "exec", name, "--", "timeout", "120", "gltri")
 	t.Logf("gltri after the helper was killed: exit %d, stdout %q, stderr %q", code, out, stderr)
 	if code == 0 && gltri.Parse(out)["center"] == "ff0000ff" {
 		t.Errorf("gltri drew a red triangle with its renderer killed")
 	}
-	if got := mustMachine(t, home, "exec", "gl", "--", "echo", "alive"); got != "alive\n" {
+	if got, err := must("exec", name, "--", "echo", "alive"); err != nil {
+		return err
+	} else if got != "alive\n" {
 		t.Fatalf("exec after the helper died: %q", got)
 	}
-	log, _ := os.ReadFile(filepath.Join(home, "machines", "gl", "vmm.log"))
+	log, _ := os.ReadFile(filepath.Join(home, "machines", name, "vmm.log"))
 	if !bytes.Contains(log, []byte("3D renderer failed")) {
 		t.Errorf("the VMM's log does not say the renderer failed:\n%s", log)
 	}
+	return nil
 }
 
 // helperOf finds the smol-gpu process of machine name: the child of its

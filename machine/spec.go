@@ -114,12 +114,21 @@ type Image struct {
 	Config imagefs.Config `json:"config"` // what an exec takes from the image`
 }
 
-// Volume is a host directory the guest mounts at Guest.
+// Volume is a host directory the guest mounts at Guest: served by the
+// VMM over virtio-9p, confined to Host (the guest's "..", symlinks and
+// hard links never reach outside it; it can neither open nor make device
+// nodes there), with ReadOnly enforced on the host. Files the guest
+// creates belong to the user smol runs as.
 type Volume struct {
 	Host     string `json:"host"`
 	Guest    string `json:"guest"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
-	Setuid   bool   `json:"setuid,omitempty"` // smol.Volume's
+	// Setuid honours the setuid and setgid bits of Host's files inside
+	// the guest (a container's root, whose image may hold su or ping);
+	// otherwise the guest mounts the volume nosuid. Either way the guest
+	// cannot make a file setuid on the host: the 9P server drops those
+	// bits from every mode it is asked to set.
+	Setuid bool `json:"setuid,omitempty"`
 }
 
 // Disk is an extra raw disk.
