@@ -152,3 +152,18 @@ func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 	}
 	t.Logf("smol ended %v after it started, exit %d: %.200s", time.Since(begin).Round(time.Millisecond), code, stderr)
 }
+
+// TestGuestTimerIsTSCDeadline: the guest is told about the local APIC's
+// TSC-deadline mode (KVM emulates it but reports it only as a capability)
+// and Linux takes it for its timer, as on QEMU, Firecracker and
+// cloud-hypervisor, instead of calibrating and arming the one-shot timer.
+func TestGuestTimerIsTSCDeadline(t *testing.T) {
+	code, stdout, stderr := smolCLI(t, "run", "--cpus", "1", "--mem", "256M", "--", "sh", "-c",
+		"grep -m1 -o -w tsc_deadline_timer /proc/cpuinfo; cat /sys/devices/system/clockevents/clockevent0/current_device")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if got := strings.Fields(stdout); len(got) != 2 || got[0] != "tsc_deadline_timer" || got[1] != "lapic-deadline" {
+		t.Fatalf("the guest's CPU flag and timer: %q, want tsc_deadline_timer and lapic-deadline", stdout)
+	}
+}

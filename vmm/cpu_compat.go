@@ -116,7 +116,7 @@ func CheckRestoreHost(path string) error {
 		return err
 	}
 	defer sys.Close()
-	supported, err := sys.SupportedCPUID()
+	supported, err := supportedCPUID(sys)
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,10 @@ import (
 
 // CPUID bits the VMM edits. Names follow the Intel SDM / AMD APM.
 const (
-	cpuid1ECXHypervisor = 1 << 31 // "running under a hypervisor": Linux then trusts the 0x4000_0000 leaves
-	cpuid1EDXHTT        = 1 << 28 // more than one logical processor per package
-	cpuid6EAXAllBits    = 0       // leaf 6 (thermal/power) is host power management: hidden
+	cpuid1ECXHypervisor  = 1 << 31 // "running under a hypervisor": Linux then trusts the 0x4000_0000 leaves
+	cpuid1ECXTSCDeadline = 1 << 24 // the local APIC timer's TSC-deadline mode
+	cpuid1EDXHTT         = 1 << 28 // more than one logical processor per package
+	cpuid6EAXAllBits     = 0       // leaf 6 (thermal/power) is host power management: hidden
 
 	cpuidExtCmpLegacy = 1 << 1 // 0x8000_0001 ECX: core multi-processing legacy mode (AMD)
 
@@ -43,6 +44,31 @@ const (
 	// and KVM_SET_XSAVE, in the standard (non-compacted) format.
 	guestXSaveLimit = uint32(unsafe.Sizeof(kvm.XSave{}))
 )
+
+// supportedCPUID is what KVM can give a guest: KVM_GET_SUPPORTED_CPUID,
+// plus the TSC-deadline timer where KVM emulates it. KVM reports that one
+// feature through a capability (KVM_CAP_TSC_DEADLINE_TIMER) instead of in
+// its supported CPUID, as its API documentation says, so a VMM that only
+// copies the supported set gives its guests none. Without it Linux runs
+// the local APIC timer in one-shot mode: it calibrates the timer against
+// another clock at boot and arms it through the initial-count register,
+// where QEMU's, Firecracker's and cloud-hypervisor's guests write one
+// deadline MSR. (Found comparing a smol guest's /proc/cpuinfo with a QEMU
+// microvm guest's in the test box.)
+func supportedCPUID(sys *kvm.System) (*kvm.CPUID, error) {
+	c, err := sys.SupportedCPUID()
+	if err != nil {
+		return nil, err
+	}
+	if n, err := sys.CheckExtension(kvm.CapTSCDeadlineTimer); err == nil && n > 0 {
+		for i := range c.Entries {
+			if c.Entries[i].Function == 0x1 {
+				c.Entries[i].ECX |= cpuid1ECXTSCDeadline
+			}
+		}
+	}
+	return c, nil
+}
 
 // guestCPUID derives vCPU index's CPUID from the set KVM supports: KVM has
 // already removed what it cannot virtualise, so the VMM only describes the

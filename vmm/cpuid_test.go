@@ -308,9 +308,14 @@ func TestMachineCPUIDOnHostKVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	supported, err := m.sys.SupportedCPUID()
+	supported, err := supportedCPUID(m.sys)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n, _ := m.sys.CheckExtension(kvm.CapTSCDeadlineTimer); n > 0 {
+		if l := findExact(supported, 0x1, 0); l == nil || l.ECX&cpuid1ECXTSCDeadline == 0 {
+			t.Errorf("KVM has the TSC-deadline timer, the guest's leaf 1 does not say so: %+v", l)
+		}
 	}
 	if l := findExact(supported, 0x7, 0); l != nil && l.EDX&cpuid7EDXAMXTile != 0 {
 		t.Logf("this host's KVM offers AMX-TILE (0xd.0 EAX %#x)", findExact(supported, 0xd, 0).EAX)

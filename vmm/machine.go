@@ -277,7 +277,7 @@ func (m *Machine) createVM() error {
 // vCPU 0 is put at the kernel's entry point later (setEntryState); the others
 // wait in the wait-for-SIPI state until the guest kernel starts them.
 func (m *Machine) createVCPUs() error {
-	supported, err := m.sys.SupportedCPUID()
+	supported, err := supportedCPUID(m.sys)
 	if err != nil {
 		return err
 	}
