@@ -80,8 +80,9 @@ func TestVirgl3D(t *testing.T) {
 // virglMachine is one attempt of TestVirgl3D on a new machine, name. A
 // guest that crashes under the GL work (in the box: a silent triple
 // fault, the reset-state registers KVM leaves after a shutdown exit, seen
-// in 1 of 4 runs at different steps; README's known issue) ends the
-// attempt as a guestDied; any other failure fails the test.
+// in 1 of 4 runs at different steps; README's known issue, open and not
+// shown to be the box's) ends the attempt as a guestDied, logged; any
+// other failure fails the test.
 func virglMachine(t *testing.T, home, name, image, gltriBin string) error {
 	mustMachine(t, home, "create", name, "--image", image, "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--storage", "2G")
 	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
