@@ -144,6 +144,7 @@ func smolCLIOnce(t *testing.T, args ...string) (code int, stdout, stderr string,
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = commandWaitDelay
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -158,6 +159,13 @@ func smolCLIOnce(t *testing.T, args ...string) (code int, stdout, stderr string,
 	}
 	return code, o.String(), e.String(), false
 }
+
+// commandWaitDelay bounds how long a command the harness killed (its
+// context ended) may keep the harness waiting: without it, Wait also
+// waits for the copies of the command's stdout and stderr, which never end
+// while a process it started (a machine's VMM, a stuck child) still holds
+// them, and a killed command hangs the test until the suite's timeout.
+const commandWaitDelay = 10 * time.Second
 
 // guestDied is a test attempt that failed because the guest crashed or
 // hung, not because smol got something wrong that the test checks.

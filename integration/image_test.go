@@ -165,7 +165,7 @@ func smolRunOnce(t *testing.T, home string, input []byte, hasStdin bool, args ..
 	// the report says where the VMM was waiting.
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+home, "GOTRACEBACK=all")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
-	cmd.WaitDelay = 10 * time.Second
+	cmd.WaitDelay = commandWaitDelay
 	cmd.Stdin = stdin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -285,6 +285,7 @@ func TestSignalsReachTheCommand(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), "run", "--cpus", "1", "--mem", "256M", "--image", ref, "--",
 				"sh", "-c", `trap "echo trapped; exit 42" INT TERM; echo ready; while true; do sleep 0.1; done`)
+			cmd.WaitDelay = commandWaitDelay
 			cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {

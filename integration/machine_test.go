@@ -390,6 +390,7 @@ func machineTry(t *testing.T, home string, args ...string) (code int, stdout, st
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), append([]string{"machine"}, args...)...)
+	cmd.WaitDelay = commandWaitDelay
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e

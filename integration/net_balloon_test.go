@@ -101,6 +101,7 @@ poweroff -f
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, smolBin, "run", "--initrd", initrd, "--cpus", "2", "--mem", "1G")
+		cmd.WaitDelay = commandWaitDelay
 		out := &syncbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		typer, err := cmd.StdinPipe()

@@ -27,6 +27,7 @@ func stubCLI(t *testing.T, home, path string, args ...string) (int, string, stri
 	ctx, cancel := context.WithTimeout(context.Background(), smolRunTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.WaitDelay = commandWaitDelay
 	cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
