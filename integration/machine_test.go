@@ -69,15 +69,15 @@ func machineLogs(home, name string, pid int) string {
 	if _, err := os.Stat(dir); err != nil {
 		return ""
 	}
-	tail := func(file string, n int) string {
+	end := func(file string, n int) string {
 		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			return err.Error()
 		}
-		return string(b[max(0, len(b)-n):])
+		return string(tail(b, n))
 	}
 	return fmt.Sprintf("\n--- machine %s (VMM pid %d), %s:\n%s\n--- %s:\n%s", name, pid,
-		machine.VMMLog, tail(machine.VMMLog, 30000), machine.ConsoleLog, tail(machine.ConsoleLog, 4000))
+		machine.VMMLog, end(machine.VMMLog, 30000), machine.ConsoleLog, end(machine.ConsoleLog, 4000))
 }
 
 // machineCrash returns the crash a machine's VMM recorded when the
