@@ -411,6 +411,7 @@ type irqFD struct {
 // Flags of irqFD.Flags (KVM_IRQFD_FLAG_*).
 const (
 	irqFDDeassign = 1 << 0
+	irqFDResample = 1 << 1
 )
 
 // irqLevel is struct kvm_irq_level.

@@ -114,5 +114,8 @@ func (m *MMIO) Restore(st MMIOState) error {
 	m.mu.Lock()
 	m.notifiable = true
 	m.mu.Unlock()
-	return nil
+	// The interrupt line's level is not part of the saved state (KVM keeps
+	// it per source, and the irqfd is new): raise it again if the driver
+	// has not acknowledged everything yet.
+	return m.RaiseIfPending()
 }
