@@ -15,14 +15,11 @@ type Device interface {
 
 // Interrupt raises a device's interrupt line.
 //
-// The VMM implements it with a KVM irqfd: each Trigger writes an eventfd.
-// On an edge-triggered line (the serial port's, as an ISA UART's) KVM turns
-// that into one pulse on an I/O APIC pin; on a level-triggered one (virtio's)
-// KVM holds the pin up until the guest ends the interrupt, and the VMM then
-// asks the device whether it still needs the line (virtio.MMIO's
-// RaiseIfPending). Trigger is safe to call from any goroutine and does not
-// block; a device may call it while holding its own lock, so an
-// implementation must never call back into the device.
+// The VMM implements it with a KVM irqfd: each Trigger writes an eventfd, and
+// KVM turns that into one edge on an I/O APIC pin, as an ISA device's
+// edge-triggered IRQ line would produce. Trigger is safe to call from any
+// goroutine and does not block; a device may call it while holding its own
+// lock, so an implementation must never call back into the device.
 type Interrupt interface {
 	Trigger() error
 }

@@ -168,65 +168,6 @@ func TestIRQFD(t *testing.T) {
 	}
 }
 
-// TestIRQFDResampleHoldsTheLine checks the level-triggered irqfd: a write
-// raises the I/O APIC pin and it stays raised (the guest has not
-// acknowledged it: the pin is masked, so it is never delivered) until the
-// irqfd is removed, which lowers it.
-func TestIRQFDResampleHoldsTheLine(t *testing.T) {
-	sys, vm, _ := newVM(t, 0)
-	requireCap(t, sys, CapIRQFDResample)
-	must(t, vm.CreateIRQChip())
-	const pin = 5
-	chip, err := vm.GetIRQChip(IRQChipIOAPIC)
-	must(t, err)
-	ioapic := chip.IOAPIC()
-	const levelTriggered, masked = 1 << 15, 1 << 16
-	ioapic.RedirTbl[pin] = 0x30 | levelTriggered | masked
-	chip.SetIOAPIC(ioapic)
-	must(t, vm.SetIRQChip(chip))
-
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	must(t, err)
-	defer unix.Close(efd)
-	rfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	must(t, err)
-	defer unix.Close(rfd)
-	if err := vm.IRQFDResample(efd, -1, pin); err == nil {
-		t.Error("IRQFDResample with resample fd -1 succeeded")
-	}
-	must(t, vm.IRQFDResample(efd, rfd, pin))
-
-	pinRaised := func() bool {
-		chip, err := vm.GetIRQChip(IRQChipIOAPIC)
-		must(t, err)
-		return chip.IOAPIC().IRR&(1<<pin) != 0
-	}
-	if pinRaised() {
-		t.Fatal("pin raised before the irqfd was written")
-	}
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	_, err = unix.Write(efd, one[:])
-	must(t, err)
-	// KVM injects from a work queue: wait for the line to go up, then make
-	// sure it stays up (a plain irqfd would have lowered it at once).
-	deadline := time.Now().Add(2 * time.Second)
-	for !pinRaised() {
-		if time.Now().After(deadline) {
-			t.Fatal("pin not raised 2 s after the irqfd write")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if !pinRaised() {
-		t.Fatal("level-triggered irqfd lowered the pin before any EOI")
-	}
-	must(t, vm.DeassignIRQFD(efd, pin))
-	if pinRaised() {
-		t.Error("pin still raised after its resample irqfd was removed")
-	}
-}
-
 func TestEnableCapSplitIRQChip(t *testing.T) {
 	sys := openSystem(t)
 	requireCap(t, sys, CapSplitIRQChip)

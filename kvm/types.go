@@ -411,7 +411,6 @@ type irqFD struct {
 // Flags of irqFD.Flags (KVM_IRQFD_FLAG_*).
 const (
 	irqFDDeassign = 1 << 0
-	irqFDResample = 1 << 1
 )
 
 // irqLevel is struct kvm_irq_level.

@@ -110,23 +110,7 @@ func (vm *VM) IRQFD(eventfd int, gsi uint32) error {
 	return err
 }
 
-// IRQFDResample binds eventfd to GSI gsi as a level-triggered source: a
-// write to eventfd raises the line and KVM holds it raised until the guest
-// acknowledges the interrupt (its EOI reaches the I/O APIC); then KVM lowers
-// the line and signals resamplefd, so the VMM can raise it again if its
-// device still has an interrupt pending. A level line cannot lose an
-// interrupt that arrives while the guest is still handling the last one,
-// which a pulse on an irqfd (IRQFD) can.
-func (vm *VM) IRQFDResample(eventfd, resamplefd int, gsi uint32) error {
-	if eventfd < 0 || resamplefd < 0 {
-		return fmt.Errorf("KVM_IRQFD: bad eventfd %d or resample fd %d", eventfd, resamplefd)
-	}
-	f := irqFD{FD: uint32(eventfd), GSI: gsi, Flags: irqFDResample, ResampleFD: uint32(resamplefd)}
-	_, err := ioctlPtr(vm.fd, "KVM_IRQFD", kvmIRQFD, unsafe.Pointer(&f))
-	return err
-}
-
-// DeassignIRQFD undoes IRQFD(eventfd, gsi) or IRQFDResample.
+// DeassignIRQFD undoes IRQFD(eventfd, gsi).
 func (vm *VM) DeassignIRQFD(eventfd int, gsi uint32) error {
 	if eventfd < 0 {
 		return fmt.Errorf("KVM_IRQFD: bad eventfd %d", eventfd)

@@ -357,20 +357,6 @@ func (m *MMIO) SignalConfigChange() error {
 	return m.trigger()
 }
 
-// RaiseIfPending raises the interrupt again if InterruptStatus still has a
-// bit the driver has not acknowledged. The VMM calls it each time the guest
-// has ended an interrupt (EOI) on a level-triggered line and KVM lowered
-// the line: an interrupt signalled after the driver read InterruptStatus
-// but before that EOI would otherwise never be seen.
-func (m *MMIO) RaiseIfPending() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.running || m.interruptStatus == 0 {
-		return nil
-	}
-	return m.trigger()
-}
-
 // trigger raises the interrupt line; mu held.
 func (m *MMIO) trigger() error {
 	if m.irq == nil {

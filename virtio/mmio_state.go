@@ -114,8 +114,5 @@ func (m *MMIO) Restore(st MMIOState) error {
 	m.mu.Lock()
 	m.notifiable = true
 	m.mu.Unlock()
-	// The interrupt line's level is not part of the saved state (KVM keeps
-	// it per source, and the irqfd is new): raise it again if the driver
-	// has not acknowledged everything yet.
-	return m.RaiseIfPending()
+	return nil
 }

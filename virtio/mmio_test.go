@@ -375,36 +375,6 @@ func TestMMIODisabledQueueIsNil(t *testing.T) {
 	}
 }
 
-// TestMMIORaiseIfPending checks what the VMM relies on for a
-// level-triggered line: after the guest's EOI the line is raised again
-// exactly while InterruptStatus has an unacknowledged bit, and never for a
-// device that is not running.
-func TestMMIORaiseIfPending(t *testing.T) {
-	_, m, irq, d := newTransport(t)
-	driveToFeaturesOK(t, d)
-	d.Write32(vt.RegStatus, allOK)
-	if err := m.RaiseIfPending(); err != nil || irq.Count() != 0 {
-		t.Fatalf("nothing pending: %v, %d triggers", err, irq.Count())
-	}
-	if err := m.SignalUsed(0); err != nil || irq.Count() != 1 {
-		t.Fatalf("signal: %v, %d triggers", err, irq.Count())
-	}
-	if err := m.RaiseIfPending(); err != nil || irq.Count() != 2 {
-		t.Fatalf("unacknowledged: %v, %d triggers, want 2", err, irq.Count())
-	}
-	d.Write32(vt.RegInterruptACK, virtio.InterruptUsedBuffer)
-	if err := m.RaiseIfPending(); err != nil || irq.Count() != 2 {
-		t.Fatalf("acknowledged: %v, %d triggers, want 2", err, irq.Count())
-	}
-	if err := m.SignalConfigChange(); err != nil || irq.Count() != 3 {
-		t.Fatalf("config change: %v, %d triggers", err, irq.Count())
-	}
-	d.Write32(vt.RegStatus, 0) // reset clears InterruptStatus
-	if err := m.RaiseIfPending(); err != nil || irq.Count() != 3 {
-		t.Fatalf("after reset: %v, %d triggers, want 3", err, irq.Count())
-	}
-}
-
 func TestMMIOInterrupts(t *testing.T) {
 	_, m, irq, d := newTransport(t)
 	if err := m.SignalUsed(0); err != nil || irq.Count() != 0 {

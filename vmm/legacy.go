@@ -36,7 +36,7 @@ func (b bootTimer) Reached() time.Time {
 }
 
 func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
-	irq, err := newEdgeIRQLine(m.vm, serial.COM1IRQ)
+	irq, err := newIRQLine(m.vm, serial.COM1IRQ)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,7 @@ import (
 
 // Where virtio-mmio devices live: device i gets a register window at
 // virtioMMIOBase + i*virtio.MMIOWindowSize, in the MMIO hole below 4 GiB, and
-// I/O APIC pin virtioFirstGSI + i, level-triggered. The guest finds them in
-// the DSDT.
+// I/O APIC pin virtioFirstGSI + i. The guest finds them in the DSDT.
 const (
 	virtioMMIOBase   = 0xd000_0000
 	virtioFirstGSI   = 5
@@ -30,7 +29,7 @@ func virtioACPI(n int) []acpi.VirtioMMIODevice {
 	var out []acpi.VirtioMMIODevice
 	for i := 0; i < n; i++ {
 		addr, gsi := virtioSlot(i)
-		out = append(out, acpi.VirtioMMIODevice{Addr: addr, Size: virtio.MMIOWindowSize, GSI: gsi, LevelTriggered: true})
+		out = append(out, acpi.VirtioMMIODevice{Addr: addr, Size: virtio.MMIOWindowSize, GSI: gsi})
 	}
 	return out
 }
@@ -45,25 +44,19 @@ type virtioDevice struct {
 }
 
 // addVirtioDevices puts each device on a virtio-mmio transport, wires its
-// interrupt to a level-triggered irqfd and its queue notifications to
-// ioeventfds, so that neither direction needs a trip through a vCPU thread.
+// interrupt to an irqfd and its queue notifications to ioeventfds, so that
+// neither direction needs a trip through a vCPU thread.
 func (m *Machine) addVirtioDevices() error {
 	if len(m.devices) > MaxVirtioDevices {
 		return fmt.Errorf("%d virtio devices: smol supports at most %d", len(m.devices), MaxVirtioDevices)
 	}
-	if len(m.devices) > 0 {
-		if n, err := m.vm.CheckExtension(kvm.CapIRQFDResample); err != nil || n <= 0 {
-			return fmt.Errorf("this host's KVM has no level-triggered irqfds (KVM_CAP_IRQFD_RESAMPLE), which virtio devices need")
-		}
-	}
 	for i, dev := range m.devices {
 		addr, gsi := virtioSlot(i)
-		irq, err := newLevelIRQLine(m.vm, gsi)
+		irq, err := newIRQLine(m.vm, gsi)
 		if err != nil {
 			return err
 		}
 		vd := &virtioDevice{transport: virtio.NewMMIO(dev, m.mem, irq), irq: irq}
-		irq.watch(func() { vd.transport.RaiseIfPending() })
 		m.virtio = append(m.virtio, vd)
 		m.deviceInfo = append(m.deviceInfo, DeviceInfo{
 			Kind: kindOf(dev), Bus: "mmio", Addr: addr, Size: virtio.MMIOWindowSize, GSI: gsi,

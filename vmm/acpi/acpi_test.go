@@ -242,7 +242,7 @@ func TestDSDTDescribesDevices(t *testing.T) {
 	cfg := testConfig(1)
 	cfg.Serial = []SerialPort{{Port: 0x3F8, GSI: 4}}
 	for i := range 20 { // enough devices to need multi-byte PkgLengths
-		cfg.VirtioMMIO = append(cfg.VirtioMMIO, VirtioMMIODevice{Addr: 0xD000_0000 + uint64(i)*0x1000, Size: 0x1000, GSI: uint32(5 + i%18), LevelTriggered: i%2 == 0})
+		cfg.VirtioMMIO = append(cfg.VirtioMMIO, VirtioMMIODevice{Addr: 0xD000_0000 + uint64(i)*0x1000, Size: 0x1000, GSI: uint32(5 + i%18)})
 	}
 	cfg.VirtioMMIO = cfg.VirtioMMIO[:18] // GSIs 5..22, all distinct
 	blob, rsdp, err := Build(cfg, testBase)
@@ -270,12 +270,7 @@ func TestDSDTDescribesDevices(t *testing.T) {
 		}
 		buf, _ := names[dev+"._CRS"].([]byte)
 		crs := decodeResources(t, buf)
-		// Interrupt flags: bit 0 consumer, bit 1 edge-triggered (clear: level).
-		irqFlags := uint8(3)
-		if d.LevelTriggered {
-			irqFlags = 1
-		}
-		want := []resource{{kind: "mem32", base: d.Addr, size: d.Size, flags: 1}, {kind: "irq", base: uint64(d.GSI), flags: irqFlags}}
+		want := []resource{{kind: "mem32", base: d.Addr, size: d.Size, flags: 1}, {kind: "irq", base: uint64(d.GSI), flags: 3}}
 		if len(crs) != 2 || crs[0] != want[0] || crs[1] != want[1] {
 			t.Errorf("%s _CRS %+v, want %+v", dev, crs, want)
 		}

@@ -132,14 +132,10 @@ func resIO(port uint16, length uint8) []byte {
 }
 
 // resInterrupt encodes
-// Interrupt (ResourceConsumer, Edge or Level, ActiveHigh, Exclusive) { gsi }.
-func resInterrupt(gsi uint32, level bool) []byte {
+// Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { gsi }.
+func resInterrupt(gsi uint32) []byte {
 	const consumer, edge = 1 << 0, 1 << 1
-	flags := byte(consumer | edge)
-	if level {
-		flags = consumer
-	}
-	b := []byte{0x89, 6, 0, flags, 1} // large item 0x09, 6 bytes; one interrupt
+	b := []byte{0x89, 6, 0, consumer | edge, 1} // large item 0x09, 6 bytes; one interrupt
 	return le.AppendUint32(b, gsi)
 }
 

@@ -50,7 +50,7 @@ func buildDSDT(cfg Config) []byte {
 //	        Name (_UID, 0)
 //	        Name (_CRS, ResourceTemplate () {
 //	            Memory32Fixed (ReadWrite, 0xD0000000, 0x1000)
-//	            Interrupt (ResourceConsumer, Level, ActiveHigh, Exclusive) { 5 }
+//	            Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { 5 }
 //	        })
 //	    }
 //	    ...
@@ -60,11 +60,9 @@ func buildDSDT(cfg Config) []byte {
 //	    }
 //	}
 //
-// Interrupts are active high, and edge- or level-triggered as the VMM
-// raises them: the UART's with pulses, as an ISA UART's; a virtio device's
-// (LevelTriggered) with a line KVM holds up until the guest's EOI. The
-// tables are hardware-reduced ACPI (no legacy PIC), so Linux treats no GSI
-// as an ISA IRQ and programs each pin as its _CRS says.
+// Interrupts are declared edge-triggered, active high: that is how the VMM
+// raises them (irqfd or KVM_IRQ_LINE pulses), and what Linux assumes for
+// GSIs below 16 with no override anyway.
 func devicesAML(cfg Config) []byte {
 	if len(cfg.Serial) == 0 && len(cfg.VirtioMMIO) == 0 && cfg.PanicPort == 0 {
 		return nil
@@ -74,13 +72,13 @@ func devicesAML(cfg Config) []byte {
 		devices = append(devices, amlDevice(fmt.Sprintf("COM%d", i),
 			amlName("_HID", amlString("PNP0501")),
 			amlName("_UID", amlInteger(uint64(i))),
-			amlName("_CRS", resourceTemplate(resIO(s.Port, 8), resInterrupt(s.GSI, false)))))
+			amlName("_CRS", resourceTemplate(resIO(s.Port, 8), resInterrupt(s.GSI)))))
 	}
 	for i, d := range cfg.VirtioMMIO {
 		devices = append(devices, amlDevice(fmt.Sprintf("V%03X", i),
 			amlName("_HID", amlString("LNRO0005")),
 			amlName("_UID", amlInteger(uint64(i))),
-			amlName("_CRS", resourceTemplate(resMemory32Fixed(uint32(d.Addr), uint32(d.Size)), resInterrupt(d.GSI, d.LevelTriggered)))))
+			amlName("_CRS", resourceTemplate(resMemory32Fixed(uint32(d.Addr), uint32(d.Size)), resInterrupt(d.GSI)))))
 	}
 	if cfg.PanicPort != 0 {
 		devices = append(devices, amlDevice("PEVT",

@@ -76,9 +76,6 @@ type VirtioMMIODevice struct {
 	Addr uint64 // guest physical address of the register window, below 4 GiB
 	Size uint64 // window size in bytes
 	GSI  uint32 // I/O APIC pin it interrupts on
-	// LevelTriggered declares the pin level-triggered (the VMM holds the
-	// line up until the guest's EOI) rather than edge-triggered.
-	LevelTriggered bool
 }
 
 // Device description limits: the I/O APIC's pin count bounds the GSIs; the
