@@ -184,8 +184,8 @@ const guestAttempts = 3
 // guests die with silent triple faults or stall a vCPU (RCU stall warnings),
 // QEMU's guests in the same box as well as smol's (BENCHMARKS.md "Guest
 // failures"). Silent triple faults under other loads (a 9P walk, GL work)
-// have not been shown to be the box's: smol's guests triple-faulted in 6
-// of 59 9P walks, QEMU's in 0 of 49 (README). Each retry is logged, so a
+// have not been shown to be the box's: smol's guests triple-faulted in 9
+// of 119 9P walks, QEMU's in 0 of 79 (README). Each retry is logged, so a
 // run shows how often it happened.
 func retryIfGuestDies(t *testing.T, attempt func() error) {
 	t.Helper()
