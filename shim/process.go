@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/agent"
+	"github.com/smolvm/smol/machine"
 )
 
 // process is a container's init process or one of its execs: a command
@@ -167,7 +168,7 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		case err != nil:
 			code = 255 // the machine failed under it
 			entry := log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID)
-			if st, serr := m.Status(ctx); serr == nil { // why, when the machine is what ended
+			if st, serr := settledStatus(ctx, m); serr == nil { // why, when the machine is what ended
 				entry = entry.WithField("machine", st.State).WithField("machineError", st.Error).WithField("console", st.LastConsole)
 			}
 			entry.Error("smol: the process ended without an exit status")
@@ -181,6 +182,21 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		exited(p)
 	}()
 	return nil
+}
+
+// settledStatus is m's status once it has settled: a VMM whose guest died
+// cuts the agent's sessions a moment before it records the machine as
+// failed, and a status read at once would still say running. It waits at
+// most a few seconds for a machine that really does run on.
+func settledStatus(ctx context.Context, m *smol.NamedMachine) (smol.MachineStatus, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		st, err := m.Status(ctx)
+		if err != nil || (st.State != machine.Running && st.State != machine.Paused) || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func closeAll(cs []io.Closer) {

@@ -24,6 +24,7 @@ import (
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/internal/mountinfo"
 )
 
 // service is one shim process's task service: the containers of one group
@@ -422,7 +423,7 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 // the files, not with the name.
 func (c *container) unmount() {
 	if c.mounted {
-		if err := detachAllUnder(c.rootfs); err != nil {
+		if err := mountinfo.DetachAllUnder(c.rootfs); err != nil {
 			logf("container root %s: %v", c.rootfs, err)
 		}
 		c.mounted = false

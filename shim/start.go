@@ -14,6 +14,7 @@ import (
 	cshim "github.com/containerd/containerd/runtime/v2/shim"
 	taskapi "github.com/containerd/containerd/runtime/v2/task"
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/internal/mountinfo"
 )
 
 // StartShim is containerd's `start`: it runs in the container's bundle and
@@ -96,7 +97,7 @@ func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) 
 		if m, err := smol.OpenMachine(machineName(ns, group)); err == nil {
 			m.Remove(ctx, true)
 		}
-		if err := detachAllUnder(filepath.Join(base, ns, group)); err != nil {
+		if err := mountinfo.DetachAllUnder(filepath.Join(base, ns, group)); err != nil {
 			logf("cleanup of %s: %v", group, err)
 		} else {
 			os.RemoveAll(filepath.Join(base, ns, group))

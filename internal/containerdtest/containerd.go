@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/smolvm/smol/internal/mountinfo"
 )
 
 // Runtime is the shim's runtime name.
@@ -37,6 +39,7 @@ type Daemon struct {
 
 	cmd     *exec.Cmd
 	stopped chan struct{}
+	closed  bool
 }
 
 // Start runs containerd in dir with the shim binary shim on its PATH and
@@ -175,10 +178,16 @@ func (d *Daemon) Kill() {
 
 // Log is the end of containerd's log.
 func (d *Daemon) Log() string {
-	b, _ := os.ReadFile(filepath.Join(d.Dir, "containerd.log"))
+	b := []byte(d.FullLog())
 	if len(b) > 4000 {
 		b = b[len(b)-4000:]
 	}
+	return string(b)
+}
+
+// FullLog is containerd's log, its shims' lines included.
+func (d *Daemon) FullLog() string {
+	b, _ := os.ReadFile(filepath.Join(d.Dir, "containerd.log"))
 	return string(b)
 }
 
@@ -213,8 +222,13 @@ func (d *Daemon) Machines() string {
 	return b.String()
 }
 
-// Close removes every task and container, then ends containerd.
+// Close removes every task and container, then ends containerd. Once is
+// enough: later calls do nothing.
 func (d *Daemon) Close() {
+	if d.closed {
+		return
+	}
+	d.closed = true
 	for _, id := range strings.Fields(d.CtrOut("tasks", "ls", "-q")) {
 		d.Ctr("tasks", "kill", "-s", "SIGKILL", id)
 		time.Sleep(time.Second)
@@ -224,6 +238,9 @@ func (d *Daemon) Close() {
 		d.Ctr("containers", "rm", id)
 	}
 	d.Kill()
+	// A test that failed before it removed its pod leaves the CRI
+	// plugin's sandbox /dev/shm mounted under the directory.
+	mountinfo.DetachAllUnder(d.Dir)
 }
 
 // Ctr runs ctr against the daemon, in its namespace.
