@@ -51,20 +51,20 @@ if [ $linux = yes ]; then
 	awk '{gsub("ms,?","");} {f[NR]=$4; u[NR]=$6} END {n=asort(f); asort(u); if (n) printf "median of %d: first KVM_RUN %s ms, userspace %s ms\n", n, f[int((n+1)/2)], u[int((n+1)/2)]}' "$out/boot-times.txt"
 
 	step "boot bench, smol alone (bench-boot -only smol,smol-bare)"
-	timeout 150 bin/bench-boot -n 15 -only smol,smol-bare -settle-mib 0 -commit "$(cat build/hwkvm-commit 2>/dev/null)" || echo "hwkvm: bench-boot ended with status $?"
+	timeout 120 bin/bench-boot -n 15 -only smol,smol-bare -settle-mib 0 -commit "$(cat build/hwkvm-commit 2>/dev/null)" || echo "hwkvm: bench-boot ended with status $?"
 
 	step "integration tests that boot guests, directly on this KVM"
-	(cd integration && timeout 200 ../build/hwkvm/integration.test -test.v -test.timeout 190s \
+	(cd integration && timeout 150 ../build/hwkvm/integration.test -test.v -test.timeout 140s \
 		-test.run '^(TestBootTimeReportsBothMilestones|TestMachineLifecycle|TestMachineFork|TestMachineSnapshotRestore|TestVolumeBothWays)$' \
 		>"$out/integration.log" 2>&1; echo "integration tests: status $?")
 	grep -E '^(--- |ok|PASS|FAIL)|KNOWN ISSUE' "$out/integration.log" | head -40
 fi
 
 step "fork and restore, VMM side (bench-fork; a tiny guest, any KVM)"
-SMOL_ALLOW_PVM=1 timeout 150 bin/bench-fork -n 10 -sizes 256M,1G,4G -disk-data 256 || echo "hwkvm: bench-fork ended with status $?"
+SMOL_ALLOW_PVM=1 timeout 120 bin/bench-fork -n 10 -sizes 256M,1G,4G -disk-data 256 || echo "hwkvm: bench-fork ended with status $?"
 
 step "KVM, VMM and snapshot tests"
 for t in kvm vmm snapshot; do
-	(cd "$t" && SMOL_ALLOW_PVM=1 timeout 120 "../build/hwkvm/$t.test" -test.short -test.timeout 110s 2>&1 | tail -5) || true
+	(cd "$t" && SMOL_ALLOW_PVM=1 timeout 60 "../build/hwkvm/$t.test" -test.short -test.timeout 55s 2>&1 | tail -5) || true
 done
 step "done"
