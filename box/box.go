@@ -36,6 +36,12 @@ type Options struct {
 	// the box started (waiting for another box to finish does not
 	// count). 0: $SMOLBOX_TIMEOUT, else none; negative: none.
 	Timeout time.Duration
+	// Stalled, if set, is asked every second whether the command has
+	// stopped making progress in a box that is otherwise alive (began:
+	// when this box started, after any wait for another box); an answer
+	// other than "" ends the box as hung (ErrBoxHung), with that answer
+	// first in its report. Main sets it for test binaries (progress.go).
+	Stalled func(began, now time.Time) string
 
 	// started, if set, is called once QEMU runs and its monitor answers
 	// (tests freeze boxes with it).

@@ -30,7 +30,10 @@ func Main(m *testing.M, runsHere func() bool) int {
 	timeout := testTimeout(os.Args[1:])
 	args := verboseArgs(os.Args[1:])
 	results := newTestResults()
-	opts := Options{Stdout: io.MultiWriter(os.Stdout, results)}
+	opts := Options{
+		Stdout:  io.MultiWriter(os.Stdout, results),
+		Stalled: func(began, now time.Time) string { return results.silence(began, now, testSilence) },
+	}
 	code, err := Run(context.Background(), "exec "+commandLine(os.Args[0], args), opts)
 	for run := 2; run <= boxRuns && boxFailed(err); run++ {
 		// Known issues: the box's emulated SVM sometimes takes its own
@@ -55,6 +58,7 @@ func Main(m *testing.M, runsHere func() bool) int {
 		} else {
 			fmt.Fprintf(os.Stderr, "box: running the tests again in a fresh box (box run %d of %d; -test.skip given, so all of them)\n", run, boxRuns)
 		}
+		results.restart()
 		code, err = Run(context.Background(), "exec "+commandLine(os.Args[0], again), opts)
 	}
 	if err != nil {

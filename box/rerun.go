@@ -24,6 +24,12 @@ type testResults struct {
 	partial []byte
 	passed  map[string]bool // PASS or SKIP
 	failed  map[string]bool
+
+	// The tests' progress, for the silence watch (progress.go): when a
+	// line of the tests' own output was last seen, and that line.
+	lastOutput time.Time
+	lastLine   string
+	now        func() time.Time
 }
 
 // testEnded matches the line testing prints when a top-level test ends:
@@ -31,7 +37,7 @@ type testResults struct {
 var testEnded = regexp.MustCompile(`--- (PASS|SKIP|FAIL): (Test[^\s/]*) \(`)
 
 func newTestResults() *testResults {
-	return &testResults{passed: map[string]bool{}, failed: map[string]bool{}}
+	return &testResults{passed: map[string]bool{}, failed: map[string]bool{}, lastOutput: time.Now(), now: time.Now}
 }
 
 func (r *testResults) Write(p []byte) (int, error) {
@@ -43,6 +49,9 @@ func (r *testResults) Write(p []byte) (int, error) {
 				r.partial = append(r.partial, b)
 			}
 			continue
+		}
+		if testOutput.Match(r.partial) {
+			r.lastOutput, r.lastLine = r.now(), strings.TrimSpace(string(r.partial))
 		}
 		if m := testEnded.FindSubmatch(r.partial); m != nil {
 			name := string(m[2])

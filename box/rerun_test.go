@@ -61,3 +61,40 @@ func TestVerboseArgsKeepsTheCallersVerbosity(t *testing.T) {
 		}
 	}
 }
+
+func TestSilenceCountsOnlyTheTestsOwnLines(t *testing.T) {
+	clock := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := newTestResults()
+	r.now = func() time.Time { return clock }
+	r.restart()
+	began := clock
+	const limit = 10 * time.Minute
+	at := func(d time.Duration) time.Time { return began.Add(d) }
+
+	clock = at(time.Minute)
+	r.Write([]byte("=== RUN   TestMachineLifecycle/cp_both_ways\n"))
+	clock = at(3 * time.Minute)
+	r.Write([]byte("    machine_test.go:88: copied 64 MiB in")) // a log line, cut across writes
+	r.Write([]byte(" 3.2 s\n"))
+	// The box kernel's messages and a test's stray output are not progress.
+	clock = at(9 * time.Minute)
+	r.Write([]byte("[  812.1] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\nsome guest console line\n"))
+	if s := r.silence(began, at(12*time.Minute), limit); s != "" {
+		t.Errorf("after 9 min of silence: %q", s)
+	}
+	s := r.silence(began, at(13*time.Minute+400*time.Millisecond), limit)
+	if !strings.Contains(s, "printed nothing for 600 s") || !strings.Contains(s, "machine_test.go:88: copied 64 MiB in 3.2 s") {
+		t.Errorf("after 10 min of silence: %q", s)
+	}
+
+	// A new box starts the count afresh, from when it began: the wait for
+	// another box and its boot are not the tests' silence.
+	r.restart()
+	later := at(40 * time.Minute)
+	if s := r.silence(later, later.Add(9*time.Minute), limit); s != "" {
+		t.Errorf("9 min into a new box: %q", s)
+	}
+	if s := r.silence(later, later.Add(11*time.Minute), limit); !strings.Contains(s, "printed nothing for 660 s (their last line: (none in this box))") {
+		t.Errorf("11 min into a new box: %q", s)
+	}
+}

@@ -111,25 +111,31 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 					return -1, true, fmt.Errorf("%w: %s (the box was ended)", ErrBoxKernelBug, bug)
 				}
 			}
-			if opts.Watchdog <= 0 {
-				continue
+			var what string
+			kernelOK := true
+			if opts.Watchdog > 0 {
+				if h, hung := b.life.verdict(now, opts.Watchdog); hung {
+					what, kernelOK = h.what(), h.kernelOK
+				}
 			}
-			h, hung := b.life.verdict(now, opts.Watchdog)
-			if !hung {
+			if what == "" && opts.Stalled != nil {
+				what = opts.Stalled(began, now)
+			}
+			if what == "" {
 				continue
 			}
 			if code, ok := b.life.exitStatus(); ok {
 				// The command had finished; the box hung on its
 				// way out. The command's result stands.
 				end()
-				fmt.Fprintf(os.Stderr, "box: %s after the command ended with status %d; the box was ended\n", h.what(), code)
+				fmt.Fprintf(os.Stderr, "box: %s after the command ended with status %d; the box was ended\n", what, code)
 				return code, true, nil
 			}
 			diag := b.vcpuReport()
-			if h.kernelOK {
+			if kernelOK {
 				diag = b.tasksReport() + diag
 			}
-			msg := h.what() + "; its last console lines:" + b.console.tail() + diag
+			msg := what + "; its last console lines:" + b.console.tail() + diag
 			end()
 			return -1, true, &reportError{ErrBoxHung, msg}
 		}

@@ -209,3 +209,37 @@ func TestMainRunsWhatHasNotPassed(t *testing.T) {
 		}
 	}
 }
+
+// TestStalledCommandEndsTheBox gives a live box a progress check that
+// says the command has stalled once it has printed its marker: the box
+// ends as hung with that verdict first and its tasks in the report, as
+// Main's silence watch ends a box whose tests stopped printing.
+func TestStalledCommandEndsTheBox(t *testing.T) {
+	needBox(t)
+	console := newWatchConsole("stall-here")
+	var began time.Time
+	stalled := func(b, now time.Time) string {
+		began = b
+		select {
+		case <-console.seen:
+			return "the test's verdict: stalled"
+		default:
+			return ""
+		}
+	}
+	code, err := Run(context.Background(), "echo stall-here; sleep 300", Options{Stdout: console, Timeout: testBackstop,
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Stalled: stalled})
+	if !errors.Is(err, ErrBoxHung) || !boxFailed(err) {
+		t.Fatalf("Run = %d, %v; want ErrBoxHung; console:\n%s", code, err, console.String())
+	}
+	msg := err.Error()
+	for _, w := range []string{"the test's verdict: stalled; its last console lines:", "    stall-here", "S sleep", "QEMU reports the box running"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("report lacks %q:\n%s", w, msg)
+		}
+	}
+	if began.IsZero() || time.Since(began) > testBackstop {
+		t.Errorf("Stalled was given began = %v", began)
+	}
+	t.Logf("report:\n%s", msg)
+}
