@@ -6,7 +6,7 @@ RUN     ?= bin/smol run --initrd build/initramfs.cpio
 N       ?= 10
 ROUNDS  ?= 3
 
-.PHONY: all build gpu kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu critest hwkvm-bundle demo deps vet fmt clean help FORCE
+.PHONY: all build gpu kernel box-kernel stock-kernel guest box test unit-test test-integration bench-boot bench-image bench-devices bench-machine bench-net bench-fork bench-pack bench-shim bench-gpu bench-flood critest hwkvm-bundle demo deps vet fmt clean help FORCE
 
 all: build
 
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-pack    pack size and time of a 500 MiB image vs zstd -3 (here), create --from + start vs the cached image's machine (box) (N=$(N))"
 	@echo "make bench-shim    a pod start through containerd's CRI and the shim vs smol run -- true (box) (N=$(N))"
 	@echo "make bench-fork    VMM side of a fork (Fork to the child's first KVM_RUN) vs a fresh start, 256M/1G/4G (N=$(N); host /dev/kvm)"
+	@echo "make bench-flood   guest deaths under a serial-console flood, smol vs QEMU microvm, same kernel and vCPUs (box, N=$(N) rounds)"
 	@echo "make hwkvm-bundle  build/hwkvm.tar.xz: what scripts/hwkvm.sh measures with on a host with hardware KVM and nothing installed"
 	@echo "make bench-gpu     full-screen display updates/s, smol vs QEMU virtio-gpu-device (box, ROUNDS=$(ROUNDS)); screenshot time; 3D through virgl vs the host's GL"
 	@echo "make critest       Kubernetes' CRI validation suite (cri-tools' critest) with runc and with smol's shim, pass/fail counts (box)"
@@ -145,6 +146,10 @@ bench-net: build kernel box-kernel guest
 
 bench-fork:
 	$(GO) run ./bench/fork -n $(N)
+
+bench-flood: build kernel box-kernel guest
+	$(GO) build -o bin/bench-flood ./bench/flood
+	@bin/smolbox "bin/bench-flood -n $(N) $(BENCH_FLAGS)"
 
 # What scripts/hwkvm.sh needs on a machine with hardware KVM where nothing
 # can be installed, in one compressed file to carry there.

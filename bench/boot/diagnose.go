@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/smolvm/smol/bench/internal/guestrun"
 )
 
 // milestones are kernel log lines whose time the diagnosis shows, in boot
@@ -61,7 +63,7 @@ func parseKernelLog(text string) kernelLog {
 // --exit-stats. The kernel log is read by dmesg after the init line, so the
 // serial console (one exit per character) does not slow the timed boot.
 func diagnoseAll(cs []*contender, initPath, timedInitrd, extra string, timeout time.Duration, outDir string) {
-	initrd, err := writeInitramfs(initPath, "echo "+marker+"\ndmesg\necho "+endMarker+"\npoweroff -f\n")
+	initrd, err := guestrun.WriteInitramfs(initPath, "echo "+marker+"\ndmesg\necho "+endMarker+"\npoweroff -f\n")
 	if err != nil {
 		fmt.Printf("diagnose: %v\n", err)
 		return

@@ -68,7 +68,6 @@ import (
 	"github.com/smolvm/smol/bench/internal/guestrun"
 	"github.com/smolvm/smol/bench/internal/rounds"
 	"github.com/smolvm/smol/bench/internal/stats"
-	"github.com/smolvm/smol/guest/initramfs"
 )
 
 const (
@@ -101,11 +100,6 @@ type sample struct {
 	mem        procMem // smol only: at the init's line
 }
 
-type alsoFlag []string
-
-func (a *alsoFlag) String() string     { return strings.Join(*a, ",") }
-func (a *alsoFlag) Set(v string) error { *a = append(*a, v); return nil }
-
 func main() {
 	n := flag.Int("n", 10, "rounds (each boots every contender once)")
 	kernel := flag.String("kernel", "build/vmlinux", "guest kernel (vmlinux with a PVH note; QEMU needs one)")
@@ -125,7 +119,7 @@ func main() {
 	commit := flag.String("commit", "", "commit of -smol, for the report rows")
 	seed := flag.Int64("seed", time.Now().UnixNano(), "seed of the boot order's shuffle")
 	settleMiB := flag.Int("settle-mib", 256, "before each boot, write and free this much tmpfs memory (0: don't; see settle)")
-	var also alsoFlag
+	var also guestrun.Builds
 	flag.Var(&also, "also", "NAME=PATH: another smol build to boot with its default devices (repeatable)")
 	flag.Parse()
 	if *replace < 0 {
@@ -135,7 +129,7 @@ func main() {
 		*machine = cpuModel()
 	}
 
-	initrd, err := writeInitramfs(*initPath, timedRC)
+	initrd, err := guestrun.WriteInitramfs(*initPath, timedRC)
 	if err != nil {
 		fatal(err)
 	}
@@ -409,7 +403,7 @@ func memoryCost(smolBin, kernel, initPath string, timeout time.Duration) error {
 		{"idle", "echo " + marker + "\nsleep 1\npoweroff -f\n"},
 		{"touched", "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>/dev/null\necho " + marker + "\nsleep 1\npoweroff -f\n"},
 	} {
-		initrd, err := writeInitramfs(initPath, c.rc)
+		initrd, err := guestrun.WriteInitramfs(initPath, c.rc)
 		if err != nil {
 			return err
 		}
@@ -549,24 +543,6 @@ func pick(ss []sample, f func(sample) float64) []float64 {
 		out[i] = f(s)
 	}
 	return out
-}
-
-// writeInitramfs builds a guest with busybox whose init runs rc.
-func writeInitramfs(initPath, rc string) (string, error) {
-	a := initramfs.New()
-	if err := a.AddHostFile("init", initPath); err != nil {
-		return "", err
-	}
-	if err := a.AddBusybox("/bin/busybox", initramfs.BusyboxApplets...); err != nil {
-		return "", err
-	}
-	a.AddFile("etc/rc", []byte(rc), 0o755)
-	f, err := os.CreateTemp("", "smol-bench-*.cpio")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	return f.Name(), a.WriteFile(f.Name())
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo.
