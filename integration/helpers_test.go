@@ -107,6 +107,14 @@ func silentTripleFaultReport(stderr string) bool {
 	return strings.Contains(stderr, "triple-faulted") && strings.Contains(stderr, "rip=0xfff0 ")
 }
 
+// bootHangReport is a machine whose guest never got as far as its agent:
+// the box's other known guest failure, a guest that stops running (QEMU
+// microvm's guests hang in the box too: BENCHMARKS.md, "The serial
+// flood"), as smol reports it when a machine's start gives up.
+func bootHangReport(stderr string) bool {
+	return strings.Contains(stderr, "the guest agent did not start within")
+}
+
 func bootOnce(t *testing.T, cfg smol.Config) (smol.Exit, string, error, bool) {
 	t.Helper()
 	out := &syncbuf.Buffer{}

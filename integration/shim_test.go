@@ -117,13 +117,14 @@ func (c *containerdRun) errorf(format string, args ...any) {
 }
 
 // endIfGuestDied ends the attempt when the shim has logged a machine that
-// failed by the box's known silent triple fault (reset-state registers).
-// The shim's lines reach containerd's log a moment after the failure
-// they explain reached the test, so it looks twice.
+// failed by the box's known silent triple fault (reset-state registers)
+// or whose guest hung before its agent started. The shim's lines reach
+// containerd's log a moment after the failure they explain reached the
+// test, so it looks twice.
 func (c *containerdRun) endIfGuestDied(format string, args ...any) {
 	for try := 0; try < 2; try++ {
 		for _, line := range strings.Split(c.FullLog(), "\n") {
-			if silentTripleFaultReport(line) {
+			if silentTripleFaultReport(line) || bootHangReport(line) {
 				panic(&guestDied{msg: line + "; the test saw: " + fmt.Sprintf(format, args...)})
 			}
 		}
