@@ -31,7 +31,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -110,7 +109,7 @@ func main() {
 	for round := 1; round <= *n; round++ {
 		for i := range vmms {
 			v := vmms[(i+round)%len(vmms)] // rotate which goes first
-			r := v.run(*lines, *timeout)
+			r := v.run(*timeout)
 			v.results = append(v.results, r)
 			fmt.Printf("round %2d: %-12s %-8s %4d lines in %5.1f s%s\n", round, v.name, r.outcome, r.lines, r.secs, r.detail)
 		}
@@ -136,7 +135,7 @@ type result struct {
 }
 
 // run boots one guest and watches its console until it ends.
-func (v *vmm) run(want int, timeout time.Duration) result {
+func (v *vmm) run(timeout time.Duration) result {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, v.bin, v.args...)
@@ -248,10 +247,6 @@ func firstLine(s string) string {
 }
 
 func fatal(err error) {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		err = fmt.Errorf("%v: %s", err, ee.Stderr)
-	}
 	fmt.Fprintln(os.Stderr, "bench-flood:", err)
 	os.Exit(1)
 }
