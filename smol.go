@@ -76,7 +76,17 @@ type Config struct {
 	// NoBalloon it gives a guest with no device it did not ask for, which
 	// is how benchmarks measure what the default devices cost.
 	NoEntropy bool
+	// IRQChip is where the interrupt controllers live: "split" (the
+	// default: only the local APICs in KVM, an I/O APIC in the VMM) or
+	// "kernel" (PIC, I/O APIC and PIT in KVM too); see vmm.IRQChip.
+	IRQChip string
 }
+
+// DefaultIRQChip is the irqchip a Config without one gets.
+const DefaultIRQChip = vmm.DefaultIRQChip
+
+// ParseIRQChip checks a user's choice of irqchip ("split" or "kernel").
+func ParseIRQChip(s string) (vmm.IRQChip, error) { return vmm.ParseIRQChip(s) }
 
 // Disk is a raw disk image given to the guest as a virtio block device.
 // The first disk is /dev/vda, the second /dev/vdb, and so on.
@@ -169,6 +179,7 @@ func (cfg Config) vmmConfig() vmm.Config {
 		Console:      cfg.Console,
 		ConsoleInput: cfg.ConsoleInput,
 		EgressLog:    cfg.EgressLog,
+		IRQChip:      vmm.IRQChip(cfg.IRQChip),
 		Devices: vmm.Devices{
 			Disks:   cfg.Disks,
 			Shares:  shares,

@@ -62,6 +62,7 @@ var (
 	kvmSetIdentityMapAddr  = ioW(0x48, unsafe.Sizeof(uint64(0)))
 	kvmCreateIRQChip       = ioNone(0x60)
 	kvmIRQLine             = ioW(0x61, unsafe.Sizeof(irqLevel{}))
+	kvmSetGSIRouting       = ioW(0x6a, 8) // struct kvm_irq_routing: its 8-byte header; the entries follow
 	kvmGetIRQChip          = ioRW(0x62, unsafe.Sizeof(IRQChip{}))
 	kvmSetIRQChip          = ioR(0x63, unsafe.Sizeof(IRQChip{})) // _IOR in the kernel header, sic
 	kvmIRQFD               = ioW(0x76, unsafe.Sizeof(irqFD{}))

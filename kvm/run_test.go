@@ -182,3 +182,24 @@ func TestEnableCapSplitIRQChip(t *testing.T) {
 		t.Error("EnableCap with five arguments succeeded")
 	}
 }
+
+func TestSetGSIRoutingOnSplitIRQChip(t *testing.T) {
+	sys := openSystem(t)
+	requireCap(t, sys, CapSplitIRQChip)
+	_, vm, _ := newVM(t, 0)
+	must(t, vm.EnableCap(CapSplitIRQChip, 24))
+	// GSI 5 to vector 0x40 on APIC 0, fixed delivery, edge: what the VMM's
+	// I/O APIC makes of a redirection entry.
+	must(t, vm.SetGSIRouting([]MSIRoute{{GSI: 5, AddressLo: 0xFEE0_0000, Data: 0x40}, {GSI: 6, AddressLo: 0xFEE0_1000, Data: 0x41}}))
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	must(t, err)
+	defer unix.Close(efd)
+	must(t, vm.IRQFD(efd, 5))
+	// Replacing the table while an irqfd uses one of its GSIs is how the
+	// guest reprograms a pin; an empty table is how it masks them all.
+	must(t, vm.SetGSIRouting(nil))
+	must(t, vm.SetGSIRouting([]MSIRoute{{GSI: 5, AddressLo: 0xFEE0_0000, Data: 0x42}}))
+	if err := vm.SetGSIRouting(make([]MSIRoute, maxGSIRoutes+1)); err == nil {
+		t.Error("a table larger than KVM_MAX_IRQ_ROUTES was accepted")
+	}
+}

@@ -413,6 +413,33 @@ const (
 	irqFDDeassign = 1 << 0
 )
 
+// MSIRoute routes one GSI to a message-signalled interrupt: the address and
+// data an MSI-capable device (or the VMM's I/O APIC) would write to the
+// local APICs' window at 0xFEE00000.
+type MSIRoute struct {
+	GSI       uint32
+	AddressLo uint32
+	AddressHi uint32
+	Data      uint32
+}
+
+// irqRoutingEntry is struct kvm_irq_routing_entry with its msi union member.
+type irqRoutingEntry struct {
+	GSI       uint32
+	Type      uint32
+	Flags     uint32
+	_         uint32
+	AddressLo uint32
+	AddressHi uint32
+	Data      uint32
+	_         [5]uint32 // the rest of the 32-byte union
+}
+
+const (
+	irqRoutingMSI = 2    // KVM_IRQ_ROUTING_MSI
+	maxGSIRoutes  = 4096 // KVM_MAX_IRQ_ROUTES
+)
+
 // irqLevel is struct kvm_irq_level.
 type irqLevel struct {
 	IRQ   uint32

@@ -16,6 +16,7 @@ func TestStructSizesMatchKernel(t *testing.T) {
 		want uintptr
 	}{
 		{"kvm_regs", unsafe.Sizeof(Regs{}), 144},
+		{"kvm_irq_routing_entry", unsafe.Sizeof(irqRoutingEntry{}), 48},
 		{"kvm_segment", unsafe.Sizeof(Segment{}), 24},
 		{"kvm_dtable", unsafe.Sizeof(DTable{}), 16},
 		{"kvm_sregs", unsafe.Sizeof(Sregs{}), 312},
@@ -104,6 +105,7 @@ func TestIoctlNumbersMatchKernel(t *testing.T) {
 		{"KVM_GET_IRQCHIP", kvmGetIRQChip, 0xc208ae62},
 		{"KVM_SET_IRQCHIP", kvmSetIRQChip, 0x8208ae63},
 		{"KVM_IRQFD", kvmIRQFD, 0x4020ae76},
+		{"KVM_SET_GSI_ROUTING", kvmSetGSIRouting, 0x4008ae6a},
 		{"KVM_CREATE_PIT2", kvmCreatePIT2, 0x4040ae77},
 		{"KVM_IOEVENTFD", kvmIOEventFD, 0x4040ae79},
 		{"KVM_SET_CLOCK", kvmSetClock, 0x4030ae7b},

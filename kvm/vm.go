@@ -200,3 +200,25 @@ func (vm *VM) CreateVCPU(id int) (*VCPU, error) {
 	}
 	return &VCPU{id: id, fd: fd, run: run}, nil
 }
+
+// SetGSIRouting replaces the VM's whole GSI routing table. With a split
+// irqchip the table starts empty and the VMM's I/O APIC model fills it: each
+// GSI an irqfd raises becomes the MSI its redirection entry describes, which
+// KVM delivers to the local APICs without leaving the kernel.
+func (vm *VM) SetGSIRouting(routes []MSIRoute) error {
+	if len(routes) > maxGSIRoutes {
+		return fmt.Errorf("KVM_SET_GSI_ROUTING: %d routes, at most %d", len(routes), maxGSIRoutes)
+	}
+	// struct kvm_irq_routing is a header followed by its entries; build it
+	// in one []uint64 so it is 8-byte aligned like the kernel's struct.
+	const header, entry = 8, int(unsafe.Sizeof(irqRoutingEntry{}))
+	buf := make([]uint64, (header+len(routes)*entry+7)/8)
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), len(buf)*8)
+	*(*uint32)(unsafe.Pointer(&raw[0])) = uint32(len(routes))
+	for i, r := range routes {
+		e := (*irqRoutingEntry)(unsafe.Pointer(&raw[header+i*entry]))
+		*e = irqRoutingEntry{GSI: r.GSI, Type: irqRoutingMSI, AddressLo: r.AddressLo, AddressHi: r.AddressHi, Data: r.Data}
+	}
+	_, err := ioctlPtr(vm.fd, "KVM_SET_GSI_ROUTING", kvmSetGSIRouting, unsafe.Pointer(&buf[0]))
+	return err
+}

@@ -82,3 +82,16 @@ func (b *Bus) Write(addr uint64, data []byte) bool {
 	e.dev.Write(addr-e.base, data)
 	return true
 }
+
+// shifted places one register of a device elsewhere than at the device's
+// base: the bus gives offsets from the register's own address, the device
+// expects them from its base. It lets a device whose registers have a gap
+// (the 8042's ports 0x60 and 0x64 around port B) be registered register by
+// register.
+type shifted struct {
+	dev devices.Device
+	by  uint64
+}
+
+func (s shifted) Read(offset uint64, data []byte)  { s.dev.Read(offset+s.by, data) }
+func (s shifted) Write(offset uint64, data []byte) { s.dev.Write(offset+s.by, data) }

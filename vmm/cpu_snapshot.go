@@ -26,14 +26,11 @@ type VCPUState struct {
 	Events    kvm.VCPUEvents
 }
 
-// VMState is the VM-wide KVM state: the clock and the in-kernel PIT,
-// PICs and I/O APIC.
+// VMState is the VM-wide state: the clock and the interrupt controllers
+// (KVM's PIT, PICs and I/O APIC, or the VMM's I/O APIC).
 type VMState struct {
-	Clock     kvm.ClockData
-	PIT       kvm.PITState2
-	PICMaster kvm.IRQChip
-	PICSlave  kvm.IRQChip
-	IOAPIC    kvm.IRQChip
+	Clock kvm.ClockData
+	IRQChipState
 }
 
 // ErrNotPaused says a state operation needs a paused machine.
@@ -59,7 +56,7 @@ func (m *Machine) CPUState() ([]VCPUState, VMState, error) {
 		}
 		out = append(out, s)
 	}
-	vm, err := captureVM(m.vm)
+	vm, err := m.captureVM()
 	return out, vm, err
 }
 
@@ -80,7 +77,7 @@ func (m *Machine) RestoreCPUState(vcpus []VCPUState, vm VMState) error {
 			return fmt.Errorf("vCPU %d: %w", i, err)
 		}
 	}
-	return restoreVM(m.vm, vm)
+	return m.restoreVM(vm)
 }
 
 func captureVCPU(fd *kvm.VCPU, msrIndices []uint32) (s VCPUState, err error) {
@@ -180,38 +177,21 @@ func restoreVCPU(fd *kvm.VCPU, s VCPUState) error {
 	return fd.SetVCPUEvents(s.Events)
 }
 
-func captureVM(vm *kvm.VM) (s VMState, err error) {
-	if s.PIT, err = vm.GetPIT2(); err != nil {
+func (m *Machine) captureVM() (s VMState, err error) {
+	if s.Clock, err = m.vm.GetClock(); err != nil {
 		return s, err
 	}
-	if s.Clock, err = vm.GetClock(); err != nil {
-		return s, err
-	}
-	if s.PICMaster, err = vm.GetIRQChip(kvm.IRQChipPICMaster); err != nil {
-		return s, err
-	}
-	if s.PICSlave, err = vm.GetIRQChip(kvm.IRQChipPICSlave); err != nil {
-		return s, err
-	}
-	s.IOAPIC, err = vm.GetIRQChip(kvm.IRQChipIOAPIC)
+	s.IRQChipState, err = m.captureIRQChip()
 	return s, err
 }
 
-func restoreVM(vm *kvm.VM, s VMState) error {
-	if err := vm.SetPIT2(s.PIT); err != nil {
+func (m *Machine) restoreVM(s VMState) error {
+	if err := m.restoreIRQChip(s.IRQChipState); err != nil {
 		return err
 	}
 	// The clock's realtime and host TSC fields are what the kernel
 	// reported; SetClock takes only the clock value and flags it honours.
-	if err := vm.SetClock(kvm.ClockData{Clock: s.Clock.Clock}); err != nil {
-		return err
-	}
-	for _, c := range []kvm.IRQChip{s.PICMaster, s.PICSlave, s.IOAPIC} {
-		if err := vm.SetIRQChip(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return m.vm.SetClock(kvm.ClockData{Clock: s.Clock.Clock})
 }
 
 func sortedCopy(xs []uint32) []uint32 {

@@ -36,6 +36,13 @@ func tinyMachine(t *testing.T, code []byte) *Machine {
 
 func tinyMachineN(t *testing.T, code []byte, cpus int) *Machine {
 	t.Helper()
+	return tinyMachineWith(t, code, Config{CPUs: cpus})
+}
+
+// tinyMachineWith is tinyMachine with cfg's CPUs and irqchip; its kernel
+// and memory are the test's.
+func tinyMachineWith(t *testing.T, code []byte, cfg Config) *Machine {
+	t.Helper()
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
 	}
@@ -44,7 +51,7 @@ func tinyMachineN(t *testing.T, code []byte, cpus int) *Machine {
 	if err := os.WriteFile(kernel, testkernel.ELF(testkernel.MachineX86_64, code), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Kernel: kernel, CPUs: cpus, Memory: 64 << 20})
+	m, err := New(Config{Kernel: kernel, CPUs: cfg.CPUs, Memory: 64 << 20, IRQChip: cfg.IRQChip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +160,6 @@ func childState(m *Machine) (VCPUState, VMState, error) {
 	if err != nil {
 		return s, VMState{}, err
 	}
-	vm, err := captureVM(m.vm)
+	vm, err := m.captureVM()
 	return s, vm, err
 }

@@ -122,7 +122,7 @@ const GatewayGuestMAC = "52:54:00:12:34:56"
 // DeviceInfo says where the device manager put a device and what
 // identifies it to the guest.
 type DeviceInfo struct {
-	Kind     string // "blk", "net", "vsock", "rng", "balloon", "gpu", "9p", "serial", "i8042", "power", "boot-timer", "pvpanic"
+	Kind     string // "blk", "net", "vsock", "rng", "balloon", "gpu", "9p", "serial", "i8042", "power", "boot-timer", "pvpanic", "ioapic", "port-b"
 	Bus      string // "mmio" or "pio"
 	Addr     uint64 // first register (MMIO address or port)
 	Size     uint64

@@ -48,6 +48,9 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 		m.stop(StopCrash, &CrashError{VCPU: -1, What: "the guest kernel panicked (see its console output)"})
 	}
 	reset := func() { m.stop(StopReboot, nil) }
+	// The 8042 answers its data and status ports; port B (0x61) between
+	// them is KVM's PIT's or, with the split irqchip, devices/portb's.
+	keyboard := i8042.New(reset)
 	for _, r := range []struct {
 		kind       string
 		base, size uint64
@@ -55,7 +58,8 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 		dev        devices.Device
 	}{
 		{"serial", serial.COM1Port, serial.RegisterCount, serial.COM1IRQ, d.uart},
-		{"i8042", i8042.DataPort, i8042.PortCount, 0, i8042.New(reset)},
+		{"i8042", i8042.DataPort, 1, 0, keyboard},
+		{"i8042", i8042.StatusPort, 1, 0, shifted{keyboard, i8042.StatusPort - i8042.DataPort}},
 		{"power", power.SleepControlPort, power.PortCount, 0, power.New(poweroff, reset)},
 		{"boot-timer", boottimer.Port, 1, 0, d.bootTimer.Timer},
 		{"pvpanic", pvpanic.Port, 1, 0, pvpanic.New(panicked)},
@@ -71,9 +75,10 @@ func (m *Machine) addLegacyDevices() (*legacyDevices, error) {
 
 // acpiConfig describes the machine to the ACPI tables: CPUs, the power
 // registers, and the devices Linux must find through the DSDT.
-func acpiConfig(cpus, virtioDevices int) acpi.Config {
+func acpiConfig(cpus, virtioDevices int, irqchip IRQChip) acpi.Config {
 	return acpi.Config{
 		CPUs:             cpus,
+		LegacyPIC:        irqchip == IRQChipKernel,
 		SleepControlPort: power.SleepControlPort,
 		SleepStatusPort:  power.SleepStatusPort,
 		ResetPort:        power.ResetPort,

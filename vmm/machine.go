@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol/devices/gpu"
+	"github.com/smolvm/smol/devices/ioapic"
 	"github.com/smolvm/smol/kvm"
 	"github.com/smolvm/smol/virtio"
 	"github.com/smolvm/smol/virtio/balloon"
@@ -39,6 +40,9 @@ type Config struct {
 	// EgressLog receives the network gateway's egress log (JSON lines);
 	// nil discards it.
 	EgressLog io.Writer
+	// IRQChip says where the interrupt controllers live; empty means
+	// DefaultIRQChip. A restored machine gets its snapshot's.
+	IRQChip IRQChip
 
 	// restore, set by Restore, rebuilds a snapshotted machine instead of
 	// loading a kernel.
@@ -97,6 +101,7 @@ type Machine struct {
 	// where it put each device.
 	spec       Devices // cfg.Devices with identities filled in
 	legacy     *legacyDevices
+	ioapic     *ioapic.IOAPIC  // the split irqchip's; nil with the in-kernel one
 	devices    []virtio.Device // in guest order
 	virtio     []*virtioDevice // devices[i] on its transport, once wired
 	balloon    *balloon.Device // also in devices; nil without one
@@ -134,6 +139,12 @@ func New(cfg Config) (_ *Machine, err error) {
 	}
 	if cfg.Memory%memory.PageSize != 0 {
 		return nil, fmt.Errorf("guest memory of %d bytes is not a multiple of 4 KiB", cfg.Memory)
+	}
+	if cfg.restore != nil {
+		cfg.IRQChip = cfg.restore.vm.IRQChip
+	}
+	if cfg.IRQChip, err = ParseIRQChip(string(cfg.IRQChip)); err != nil {
+		return nil, err
 	}
 	m := &Machine{cfg: cfg, pio: NewBus("pio"), mmio: NewBus("mmio"), done: make(chan struct{})}
 	m.pause.cond = sync.NewCond(&m.pause.mu)
@@ -184,7 +195,7 @@ func New(cfg Config) (_ *Machine, err error) {
 			Kernel:  cfg.Kernel,
 			Initrd:  cfg.Initrd,
 			Cmdline: cfg.Cmdline,
-			ACPI:    acpiConfig(cfg.CPUs, len(m.devices)),
+			ACPI:    acpiConfig(cfg.CPUs, len(m.devices), cfg.IRQChip),
 		})
 		trace("kernel and initrd loaded")
 		loaded <- err
@@ -228,7 +239,7 @@ func (m *Machine) createKVMMachine() (err error) {
 	if err := m.createVM(); err != nil {
 		return err
 	}
-	trace("VM, interrupt controllers and PIT created")
+	trace("VM and interrupt controllers created")
 	slotsStart := time.Now()
 	for slot, r := range m.mem.Regions() {
 		region := kvm.UserMemoryRegion{
@@ -253,7 +264,7 @@ func (m *Machine) createKVMMachine() (err error) {
 	return m.createVCPUs()
 }
 
-// createVM makes the VM and its in-kernel interrupt controllers and timer.
+// createVM makes the VM and its interrupt controllers.
 func (m *Machine) createVM() error {
 	var err error
 	if m.vm, err = m.sys.CreateVM(); err != nil {
@@ -265,12 +276,7 @@ func (m *Machine) createVM() error {
 	if err := m.vm.SetIdentityMapAddr(identityMapAddr); err != nil {
 		return err
 	}
-	// The PIC, IOAPIC and local APICs live in the host kernel: interrupts
-	// reach the guest without a trip through this process.
-	if err := m.vm.CreateIRQChip(); err != nil {
-		return err
-	}
-	return m.vm.CreatePIT2(kvm.PITConfig{Flags: pitSpeakerDummy})
+	return m.createIRQChip()
 }
 
 // createVCPUs creates every vCPU with its CPUID and local APIC wiring.

@@ -25,7 +25,7 @@ const (
 	machineSection        = "machine"
 	machineSectionVersion = 1
 	vcpuSectionVersion    = 1
-	vmSectionVersion      = 1
+	vmSectionVersion      = 2 // 2: the irqchip kind and the split irqchip's I/O APIC
 	deviceSectionVersion  = 1
 	legacySection         = "legacy"
 	legacySectionVersion  = 1

@@ -95,6 +95,11 @@ func (v *vcpu) run() (reason StopReason, err error) {
 			if m.wantsPark() && !v.park() {
 				return StopRequested, nil
 			}
+		case kvm.ExitIOAPICEOI:
+			// The guest ended a level-triggered interrupt of the split
+			// irqchip's I/O APIC. Its line was a pulse (an irqfd write)
+			// and is low again, so there is nothing to deliver anew.
+			v.exits[exitKey{reason, 0}]++
 		case kvm.ExitSystemEvent:
 			event, err := v.fd.SystemEvent()
 			if err != nil {

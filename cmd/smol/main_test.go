@@ -38,6 +38,7 @@ func TestRunRejectsBadInputBeforeKVM(t *testing.T) {
 		{[]string{"--kernel", dir}, false, "not a regular file"},
 		{[]string{"--cpus", "300"}, true, "--cpus 300"},
 		{[]string{"--mem", "16M"}, true, "--mem 16M is too small"},
+		{[]string{"--irqchip", "userspace"}, true, "--irqchip: irqchip \"userspace\""},
 		{[]string{"--allow-host", "bad name", "--", "true"}, true, "--allow-host"},
 		{[]string{"--allow-host", "a.test:0", "--", "true"}, true, "port"},
 		{[]string{"--allow-host", "a.test", "--allow-host", "A.test", "--", "true"}, true, "given twice"},

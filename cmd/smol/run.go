@@ -36,6 +36,7 @@ func runCommand(args []string) (int, error) {
 	bootTime := fs.Bool("boot-time", false, "print milliseconds from VMM start to first KVM_RUN and to guest userspace, on stderr")
 	exitStats := fs.Bool("exit-stats", false, "print the most frequent vCPU exits on stderr when the VM ends")
 	noDefaultDevices := fs.Bool("no-default-devices", false, "leave out the entropy and balloon devices every guest otherwise gets (to measure what they cost)")
+	irqchip := fs.String("irqchip", string(smol.DefaultIRQChip), "where the interrupt controllers live: split (I/O APIC in smol, device interrupts as MSIs) or kernel (PIC, I/O APIC and PIT in KVM)")
 	var w workload
 	fs.StringVar(&w.image, "image", "", "run an OCI image: a registry reference (python:3.12-alpine), a docker-save or OCI-layout tarball, or an OCI-layout directory")
 	fs.StringVar(&w.pull, "pull", "missing", "when to pull --image from its registry: missing, always or never")
@@ -75,9 +76,12 @@ func runCommand(args []string) (int, error) {
 	if err := checkShape(*cpus, memBytes); err != nil {
 		return 0, err
 	}
+	if _, err := smol.ParseIRQChip(*irqchip); err != nil {
+		return 0, usageError{"--irqchip: " + err.Error()}
+	}
 
 	cfg := smol.Config{Kernel: *kernel, Initrd: *initrd, Cmdline: *cmdline, CPUs: *cpus, Memory: memBytes,
-		NoBalloon: *noDefaultDevices, NoEntropy: *noDefaultDevices}
+		NoBalloon: *noDefaultDevices, NoEntropy: *noDefaultDevices, IRQChip: *irqchip}
 	for _, d := range *disks {
 		disk, err := parseDisk(d)
 		if err != nil {

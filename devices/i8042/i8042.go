@@ -2,12 +2,12 @@ package i8042
 
 import "sync/atomic"
 
-// Port addresses. The controller is registered as one device covering
-// DataPort to StatusPort (PortCount ports); it answers offsets 0 and 4.
+// Port addresses. The controller's registers are at offsets 0 and 4 from
+// DataPort; a VMM registers the two ports one by one, since System Control
+// Port B (0x61) sits between them.
 const (
 	DataPort   = 0x60
 	StatusPort = 0x64 // reads: status; writes: commands
-	PortCount  = StatusPort - DataPort + 1
 
 	dataOffset   = DataPort - DataPort
 	statusOffset = StatusPort - DataPort

@@ -117,6 +117,23 @@ func TestTablesParseBack(t *testing.T) {
 	}
 }
 
+// The MADT claims the 8259 pair (PCAT_COMPAT) only for a machine that has
+// it: the split irqchip has none.
+func TestMADTFlagsThePICsOnlyWhenPresent(t *testing.T) {
+	for _, legacyPIC := range []bool{false, true} {
+		cfg := testConfig(1)
+		cfg.LegacyPIC = legacyPIC
+		blob, rsdp, err := Build(cfg, testBase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := binary.LittleEndian.Uint32(parse(t, blob, rsdp).madt[headerSize+4:])
+		if got := flags&madtPCATCompat != 0; got != legacyPIC {
+			t.Errorf("LegacyPIC %v: MADT flags %#x", legacyPIC, flags)
+		}
+	}
+}
+
 func TestFADTDescribesHardwareReducedPower(t *testing.T) {
 	cfg := testConfig(2)
 	blob, rsdp, err := Build(cfg, testBase)

@@ -21,7 +21,7 @@ func Build(cfg Config, base uint64) (tables []byte, rsdpAddr uint64, err error) 
 	}
 
 	dsdt := buildDSDT(cfg)
-	madt := buildMADT(cfg.CPUs)
+	madt := buildMADT(cfg.CPUs, cfg.LegacyPIC)
 
 	// Lay the tables out first: the XSDT and FADT hold the addresses of the
 	// others, so every address must be known before they are built.

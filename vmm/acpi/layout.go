@@ -11,6 +11,11 @@ import (
 const (
 	LocalAPICAddr uint32 = 0xFEE0_0000
 	IOAPICAddr    uint32 = 0xFEC0_0000
+	// IOAPICID is the I/O APIC's ID in the MADT. KVM's in-kernel I/O APIC
+	// resets its ID register to 0 and the VMM's is created with this one,
+	// so the table and the chip agree. (I/O APIC IDs are a separate
+	// namespace from local APIC IDs on x2APIC-era systems.)
+	IOAPICID = 0
 )
 
 // MaxCPUs is the most vCPUs the tables can describe: a Processor Local APIC
@@ -47,6 +52,10 @@ type Config struct {
 	// does not register the rtc_cmos device (it takes the wall-clock time
 	// from kvmclock instead).
 	CMOSRTC bool
+	// LegacyPIC says the machine has the dual 8259 PICs (KVM's in-kernel
+	// irqchip includes them; the split irqchip has none). It sets the
+	// MADT's PCAT_COMPAT flag.
+	LegacyPIC bool
 
 	// Serial and VirtioMMIO are devices to describe in the DSDT, so the
 	// guest finds them with their interrupts. This is not optional on a

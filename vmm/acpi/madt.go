@@ -23,19 +23,16 @@ const (
 	madtTypeLAPIC   = 0
 	madtTypeIOAPIC  = 1
 	madtLAPICEnable = 1 << 0
-	// madtPCATCompat: the machine also has dual 8259 PICs. KVM's in-kernel
-	// irqchip includes them; the flag tells Linux not to probe for them.
+	// madtPCATCompat: the machine also has dual 8259 PICs.
 	madtPCATCompat = 1 << 0
-	// ioapicID is the I/O APIC's ID. KVM's in-kernel I/O APIC resets its ID
-	// register to 0, so the table and the chip agree. (I/O APIC IDs are a
-	// separate namespace from local APIC IDs on x2APIC-era systems.)
-	ioapicID = 0
 )
 
-func buildMADT(cpus int) []byte {
+func buildMADT(cpus int, legacyPIC bool) []byte {
 	t := newTable("APIC", madtFixedSize+cpus*madtLAPICSize+madtIOAPICSize, madtRevision)
 	le.PutUint32(t[headerSize:], LocalAPICAddr)
-	le.PutUint32(t[headerSize+4:], madtPCATCompat)
+	if legacyPIC {
+		le.PutUint32(t[headerSize+4:], madtPCATCompat)
+	}
 
 	off := madtFixedSize
 	for i := 0; i < cpus; i++ {
@@ -51,7 +48,7 @@ func buildMADT(cpus int) []byte {
 	e := t[off : off+madtIOAPICSize]
 	e[0] = madtTypeIOAPIC
 	e[1] = madtIOAPICSize
-	e[2] = ioapicID
+	e[2] = IOAPICID
 	e[3] = 0 // reserved
 	le.PutUint32(e[4:], IOAPICAddr)
 	le.PutUint32(e[8:], 0) // global system interrupt base: pin 0 is GSI 0
