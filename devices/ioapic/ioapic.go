@@ -2,15 +2,16 @@
 // APICs are KVM's and whose device interrupts reach them as MSIs (KVM's
 // "split irqchip").
 //
-// Why a split irqchip: KVM's in-kernel I/O APIC serves most hosts well, but
-// under an emulated or nested SVM/VMX (the test box) guests taking device
-// interrupts through it die with a silent triple fault far more often than
-// guests given MSIs (see BENCHMARKS.md, "The irqchip decides it"), and
-// cloud-hypervisor has always run this way. Here the guest programs its
+// Why a split irqchip: an interrupt routed as an MSI is injected by KVM
+// from the irqfd's wake-up itself, where one routed to KVM's in-kernel I/O
+// APIC goes through a kernel worker; the machine needs no PIC or PIT; and
+// it is cloud-hypervisor's arrangement and QEMU microvm's default, which
+// makes it the one to compare against when guests misbehave (BENCHMARKS.md,
+// "smol's own split irqchip does not end it"). Here the guest programs its
 // redirection table through this device, and every change becomes a KVM GSI
 // route: GSI n, raised by a device's irqfd, turns into the MSI that pin n's
-// entry describes, and KVM injects it without leaving the kernel. Only the
-// guest's (rare) reprogramming of a pin passes through the VMM.
+// entry describes. Only the guest's (rare) reprogramming of a pin passes
+// through the VMM.
 //
 // Deliveries therefore bypass this model: it never sees a line rise, so it
 // keeps no IRR and sets no remote IRR. That is exact for the edge-triggered
