@@ -47,3 +47,22 @@ func TestStartFailureShowsThisBootsConsole(t *testing.T) {
 		t.Errorf("the guest's escape sequence reaches the terminal: %q", got)
 	}
 }
+
+// TestStartFailureNamesAVMMCrash: a VMM process that died of a runtime
+// fault is reported by the fault, not by the last register of its dump.
+func TestStartFailureNamesAVMMCrash(t *testing.T) {
+	st, err := machine.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := st.Path("m", machine.VMMLog)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	report := "fatal error: unexpected signal during runtime execution\n[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x0]\n\ngoroutine 1 [running]:\nmain.main()\nrax 0x0\nfs 0x0\ngs 0x0\n"
+	os.WriteFile(logPath, []byte(report), 0o600)
+	got := vmmFailure(logPath)
+	if !strings.Contains(got, "crashed: fatal error: unexpected signal during runtime execution") || !strings.Contains(got, logPath) {
+		t.Errorf("vmmFailure = %q, want the fault and where the report is", got)
+	}
+}

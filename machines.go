@@ -470,10 +470,19 @@ func (m *NamedMachine) startFailure(logPath string, consoleBefore int64) error {
 	return err
 }
 
-// vmmFailure is the last line the VMM process wrote (its error).
+// vmmFailure is the last line the VMM process wrote (its error) or, when
+// the process died of a Go panic or runtime fault, whose report ends in a
+// goroutine dump or register listing rather than in the cause, that
+// report's first line and where the whole report is.
 func vmmFailure(logPath string) string {
 	b, _ := os.ReadFile(logPath)
-	s := lastLines(termsafe.Text(string(b)), 1)
+	text := termsafe.Text(string(b))
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+			return fmt.Sprintf("its VMM process crashed: %s (the whole report is in %s)", line, logPath)
+		}
+	}
+	s := lastLines(text, 1)
 	if s == "" {
 		return "its VMM process exited without a word"
 	}
