@@ -28,9 +28,9 @@ const (
 // DefaultIRQChip is what a Config without an IRQChip gets: the in-kernel
 // irqchip, the one every test and benchmark has run on. The split one
 // boots as fast in the test box but did not make its guests more robust
-// there, and the box crashed more often under it (BENCHMARKS.md, "smol's
-// own split irqchip does not end it"); it stays selectable until hardware
-// KVM can measure what it gains.
+// there (BENCHMARKS.md, "smol's own split irqchip does not end it"); it
+// stays selectable until an alternated comparison or hardware KVM shows
+// what it gains.
 const DefaultIRQChip = IRQChipKernel
 
 // ParseIRQChip checks a user's choice of irqchip.
