@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/smolvm/smol/devices/ioapic"
 	"github.com/smolvm/smol/devices/portb"
@@ -76,13 +77,21 @@ func (m *Machine) createIRQChip() error {
 }
 
 // routeIOAPIC installs the I/O APIC's routes in KVM. Pin n is GSI n: the
-// devices' irqfds raise the GSI of their pin.
+// devices' irqfds raise the GSI of their pin. A failure while the guest
+// programs its I/O APIC has no caller to return to (the guest's MMIO write
+// cannot fail), so it goes to the VMM's log, where a guest that stopped
+// getting its interrupts is looked into; the I/O APIC keeps the last table
+// KVM took and tries again at the guest's next change.
 func (m *Machine) routeIOAPIC(routes []ioapic.Route) error {
 	table := make([]kvm.MSIRoute, len(routes))
 	for i, r := range routes {
 		table[i] = kvm.MSIRoute{GSI: r.Pin, AddressLo: r.AddressLo, Data: r.Data}
 	}
-	return m.vm.SetGSIRouting(table)
+	if err := m.vm.SetGSIRouting(table); err != nil {
+		slog.Error("irqchip: KVM refused the guest's I/O APIC routes; its device interrupts follow the previous table", "routes", len(table), "err", err)
+		return err
+	}
+	return nil
 }
 
 // IRQChipState is the interrupt controllers' part of VMState.

@@ -215,8 +215,8 @@ var routable = [8]bool{0: true, 1: true, 2: true, 4: true, 5: true}
 // Err reports the first routing failure, if any: a guest whose interrupts
 // could not be routed will not get them. Restore returns such a failure
 // itself; one during a guest's MMIO write has no caller to return to, so
-// it waits here (today only the tests read it: the VMM does not yet poll
-// it, which is noted as open).
+// it waits here, and the Router is the place to report it as it happens
+// (smol's VMM logs it there).
 func (a *IOAPIC) Err() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
