@@ -121,8 +121,11 @@ func createFromPack(st *machine.Store, c MachineConfig) (_ *NamedMachine, err er
 	pm := r.Manifest.Machine
 	_, live := r.Manifest.Section(pack.Live)
 	storage, hasStorage := r.Manifest.Section(pack.Storage)
-	if live && ((c.CPUs != 0 && c.CPUs != pm.CPUs) || (c.Memory != 0 && c.Memory != pm.Memory) || c.Net != nil || len(c.Disks) > 0 || len(c.Volumes) > 0) {
-		return nil, fmt.Errorf("%s holds a live machine of %d vCPUs and %s: its shape, network, disks and volumes cannot change", c.From, pm.CPUs, units.FormatSize(int64(pm.Memory)))
+	if live && ((c.CPUs != 0 && c.CPUs != pm.CPUs) || (c.Memory != 0 && c.Memory != pm.Memory) || c.IRQChip != "" || c.Net != nil || len(c.Disks) > 0 || len(c.Volumes) > 0) {
+		return nil, fmt.Errorf("%s holds a live machine of %d vCPUs and %s: its shape, irqchip, network, disks and volumes cannot change", c.From, pm.CPUs, units.FormatSize(int64(pm.Memory)))
+	}
+	if c.IRQChip == "" {
+		c.IRQChip = pm.IRQChip // checked by newSpec: a pack's word is no better than a user's
 	}
 	if hasStorage && c.Storage != 0 && c.Storage != storage.Size {
 		return nil, fmt.Errorf("%s holds a writable layer of %s: --storage cannot change it", c.From, units.FormatSize(storage.Size))
@@ -252,6 +255,9 @@ func RunPacked(ctx context.Context, path string, cfg Config, cmd Command) (int, 
 	}
 	if cfg.Memory == 0 {
 		cfg.Memory = pm.Memory
+	}
+	if cfg.IRQChip == "" {
+		cfg.IRQChip = pm.IRQChip // checked when the VM is built
 	}
 	if cfg.Net == nil && pm.Net != nil {
 		cfg.Net = &Net{AllowHosts: pm.Net.AllowHosts, AllowCIDRs: pm.Net.AllowCIDRs, DNS: pm.Net.DNS}

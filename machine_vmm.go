@@ -111,7 +111,7 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	defer boot.Close()
 	cfg := Config{
 		Kernel: spec.Kernel, Initrd: spec.Agent,
-		CPUs: spec.CPUs, Memory: spec.Memory, Console: console,
+		CPUs: spec.CPUs, Memory: spec.Memory, Console: console, IRQChip: spec.IRQChip,
 		Disks: []Disk{
 			{Path: spec.Image.Disk, ReadOnly: true, Serial: "smol-root"},
 			{Path: storage, Serial: "smol-storage"},

@@ -41,6 +41,9 @@ type MachineConfig struct {
 	Memory  uint64 // 0 means DefaultMemory
 	Storage int64  // bytes of the persistent writable layer; 0 means DefaultStorage
 	Disks   []Disk // extra disks
+	// IRQChip is where the interrupt controllers live, as Config.IRQChip;
+	// "" means DefaultIRQChip. It is recorded with the machine.
+	IRQChip string
 	// Volumes are host directories mounted in the guest at every start
 	// (checked at create and at start). A machine with volumes cannot be
 	// snapshotted, forked or packed.
@@ -142,6 +145,11 @@ func newSpec(c MachineConfig) (*machine.Spec, error) {
 	if spec.CPUs == 0 {
 		spec.CPUs = DefaultCPUs
 	}
+	chip, err := vmm.ParseIRQChip(c.IRQChip)
+	if err != nil {
+		return nil, err
+	}
+	spec.IRQChip = string(chip)
 	if spec.Memory == 0 {
 		spec.Memory = DefaultMemory
 	}
@@ -232,6 +240,7 @@ type MachineStatus struct {
 	Image   string        `json:"image"`
 	CPUs    int           `json:"cpus"`
 	Memory  uint64        `json:"memory"`
+	IRQChip string        `json:"irqchip,omitempty"` // at a cold start; "" in records from before it was one
 	PID     int           `json:"pid,omitempty"`
 	Started time.Time     `json:"started,omitzero"`
 	Uptime  Duration      `json:"uptime,omitempty"`
@@ -258,7 +267,7 @@ func (m *NamedMachine) Status(ctx context.Context) (MachineStatus, error) {
 	if err != nil {
 		return MachineStatus{}, err
 	}
-	s := MachineStatus{Name: m.spec.Name, State: fs.State, CPUs: m.spec.CPUs, Memory: m.spec.Memory,
+	s := MachineStatus{Name: m.spec.Name, State: fs.State, CPUs: m.spec.CPUs, Memory: m.spec.Memory, IRQChip: m.spec.IRQChip,
 		PID: fs.PID, Started: fs.Started, Error: fs.Error, Socket: m.store.SocketPath(m.spec.Name, machine.ControlSock)}
 	if m.spec.Image != nil {
 		s.Image = m.spec.Image.Ref

@@ -253,7 +253,7 @@ func packSource(ctx context.Context, c PackConfig) (*packInput, error) {
 		cfg, kernel, agent = sp.Image.Config, sp.Kernel, sp.Agent
 		cfg.Env = append(append([]string(nil), cfg.Env...), sp.Env...)
 		cfg.WorkingDir, cfg.User = first(sp.Workdir, cfg.WorkingDir), first(sp.User, cfg.User)
-		m.Machine = pack.Machine{CPUs: sp.CPUs, Memory: sp.Memory, Storage: sp.Storage, Image: sp.Image.Ref, Digest: sp.Image.Digest}
+		m.Machine = pack.Machine{CPUs: sp.CPUs, Memory: sp.Memory, Storage: sp.Storage, IRQChip: sp.IRQChip, Image: sp.Image.Ref, Digest: sp.Image.Digest}
 		if n := sp.Net; n != nil {
 			m.Machine.Net = &pack.Net{AllowHosts: n.AllowHosts, AllowCIDRs: n.AllowCIDRs, DNS: n.DNS}
 		}

@@ -723,6 +723,9 @@ func TestMachineWithoutImage(t *testing.T) {
 		t.Errorf("image %q, want smol:busybox", s.Image)
 	}
 	startMachine(t, home, "bb")
+	if got := guestPCATCompat(t, home, "bb"); got != "1" { // DefaultIRQChip is the in-kernel one
+		t.Errorf("the default irqchip's MADT says PCAT_COMPAT %q, want 1 (the in-kernel PICs)", got)
+	}
 	mustMachine(t, home, "exec", "bb", "--", "sh", "-c", "echo kept > /root/x")
 	mustMachine(t, home, "stop", "bb")
 	startMachine(t, home, "bb")
@@ -730,4 +733,48 @@ func TestMachineWithoutImage(t *testing.T) {
 		t.Errorf("after a restart /root/x holds %q", out)
 	}
 	mustMachine(t, home, "stop", "bb")
+}
+
+// guestPCATCompat is the PCAT_COMPAT flag of the MADT the guest booted
+// with (byte 40, bit 0: "the machine also has dual 8259 PICs"): 1 with
+// the in-kernel irqchip, 0 with the split one, whose platform has none.
+func guestPCATCompat(t *testing.T, home, name string) string {
+	t.Helper()
+	out := mustMachine(t, home, "exec", name, "--", "od", "-An", "-tu1", "-j40", "-N1", "/sys/firmware/acpi/tables/APIC")
+	return strings.TrimSpace(out)
+}
+
+// TestMachineSplitIRQChip: a machine created with --irqchip split boots
+// with smol's own I/O APIC, and keeps it in a fork's child (restored from
+// the parent's state) and in a cold start after a stop.
+func TestMachineSplitIRQChip(t *testing.T) {
+	home := t.TempDir()
+	mustMachine(t, home, "create", "sp", "--irqchip", "split", "--cpus", "1", "--mem", "256M", "--storage", "1G")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "sp") })
+	if s := machineStatus(t, home, "sp"); s.IRQChip != "split" {
+		t.Errorf("status says irqchip %q, want split", s.IRQChip)
+	}
+	startMachine(t, home, "sp")
+	if got := guestPCATCompat(t, home, "sp"); got != "0" {
+		t.Errorf("the split irqchip's MADT says PCAT_COMPAT %q, want 0", got)
+	}
+	kids := strings.Fields(mustMachine(t, home, "fork", "sp", "--count", "1", "--name-prefix", "spkid"))
+	for _, k := range kids {
+		t.Cleanup(func() { machineCLI(t, home, "rm", "-f", k) })
+	}
+	if len(kids) != 1 {
+		t.Fatalf("fork printed %q", kids)
+	}
+	if out := mustMachine(t, home, "exec", kids[0], "--", "sh", "-c", "echo child"); out != "child\n" {
+		t.Errorf("the split-irqchip child answered %q", out)
+	}
+	if s := machineStatus(t, home, kids[0]); s.IRQChip != "split" {
+		t.Errorf("the child's status says irqchip %q, want split", s.IRQChip)
+	}
+	mustMachine(t, home, "rm", "-f", kids[0])
+	mustMachine(t, home, "stop", "sp")
+	startMachine(t, home, "sp")
+	if got := guestPCATCompat(t, home, "sp"); got != "0" {
+		t.Errorf("after a cold start the MADT says PCAT_COMPAT %q, want 0", got)
+	}
 }

@@ -24,6 +24,10 @@ type Spec struct {
 	CPUs    int    `json:"cpus"`
 	Memory  uint64 `json:"memory"`  // bytes of guest RAM, taken lazily
 	Storage int64  `json:"storage"` // bytes of the persistent writable layer
+	// IRQChip is where its interrupt controllers live ("split" or
+	// "kernel", vmm.IRQChip) at a cold start; empty: the default of the
+	// smol that starts it. A restore builds the one its snapshot has.
+	IRQChip string `json:"irqchip,omitempty"`
 
 	Image *Image `json:"image,omitempty"` // nil: smol's busybox root
 	Disks []Disk `json:"disks,omitempty"` // extra disks after the root and storage

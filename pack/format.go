@@ -57,8 +57,9 @@ type Manifest struct {
 // Machine is the packed machine's shape and the defaults of its commands.
 type Machine struct {
 	CPUs       int      `json:"cpus"`
-	Memory     uint64   `json:"memory"`  // bytes
-	Storage    int64    `json:"storage"` // bytes of the writable layer
+	Memory     uint64   `json:"memory"`            // bytes
+	Storage    int64    `json:"storage"`           // bytes of the writable layer
+	IRQChip    string   `json:"irqchip,omitempty"` // where its interrupt controllers live; "": the default
 	Env        []string `json:"env,omitempty"`
 	Workdir    string   `json:"workdir,omitempty"`
 	User       string   `json:"user,omitempty"`

@@ -159,6 +159,7 @@ func machineCreate(args []string) error {
 	workdir := fs.StringP("workdir", "w", "", "every exec's working directory (default: the image's WORKDIR)")
 	user := fs.StringP("user", "u", "", "run execs as USER[:GROUP] (default: the image's USER)")
 	hostname := fs.String("hostname", "", "the guest's host name (default: the machine's name)")
+	irqchip := fs.String("irqchip", string(smol.DefaultIRQChip), "where the interrupt controllers live at every cold start: split or kernel (as for smol run)")
 	network := addNetFlags(fs)
 	display := addGPUFlags(fs)
 	names, err := parse(fs, args, 1)
@@ -173,6 +174,12 @@ func machineCreate(args []string) error {
 		CPUs: *cpus, Workdir: *workdir, User: *user, Hostname: *hostname}
 	if c.From != "" && c.Image != "" {
 		return usageError{"--from and --image exclude each other"}
+	}
+	if _, err := smol.ParseIRQChip(*irqchip); err != nil {
+		return usageError{"--irqchip: " + err.Error()}
+	}
+	if fs.Changed("irqchip") { // else the pack's, or the default
+		c.IRQChip = *irqchip
 	}
 	if c.Memory, err = smol.ParseSize(*mem); err != nil {
 		return usageError{"--mem: " + err.Error()}
@@ -387,6 +394,9 @@ func machineStatus(args []string) error {
 		return printJSON(s)
 	}
 	fmt.Printf("name:    %s\nstate:   %s\nimage:   %s\ncpus:    %d\nmemory:  %s\n", s.Name, s.State, s.Image, s.CPUs, humanSize(s.Memory))
+	if s.IRQChip != "" {
+		fmt.Printf("irqchip: %s\n", s.IRQChip)
+	}
 	if s.State == machine.Running || s.State == machine.Paused {
 		fmt.Printf("pid:     %d\nuptime:  %s\nhost memory: %s\n", s.PID, time.Duration(s.Uptime), humanSize(s.HostMemory))
 	}

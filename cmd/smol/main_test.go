@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/vmm/boot"
 )
 
@@ -115,5 +116,19 @@ func TestEscapeReader(t *testing.T) {
 		if out.String() != c.out || escaped != c.escaped {
 			t.Errorf("%q -> %q escaped=%v, want %q escaped=%v", c.in, out.String(), escaped, c.out, c.escaped)
 		}
+	}
+}
+
+// TestMachineCreateRejectsABadIRQChip: the flag is checked before the
+// machine is recorded.
+func TestMachineCreateRejectsABadIRQChip(t *testing.T) {
+	t.Setenv("SMOL_HOME", t.TempDir())
+	err := machineCreate([]string{"m", "--irqchip", "userspace"})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), `--irqchip: irqchip "userspace"`) {
+		t.Fatalf("machine create --irqchip userspace: %v, want a usage error naming the flag", err)
+	}
+	if _, err := smol.OpenMachine("m"); err == nil {
+		t.Error("the refused machine was recorded")
 	}
 }
