@@ -7,7 +7,7 @@
 // maintained Go server library, github.com/hugelgupf/p9 (u-root's, grown
 // from gVisor's p9), which takes a stream: the device only carries each
 // descriptor chain's T-message to it and its R-message back (bridge, in
-// device.go). Linux's v9fs client is in every kernel, and QEMU's
+// bridge.go). Linux's v9fs client is in every kernel, and QEMU's
 // virtio-9p is the peer the benchmark compares against. The price is
 // speed for metadata-heavy work, where virtio-fs with DAX would win.
 //

@@ -155,3 +155,45 @@ func TestDeviceResetWithRequestsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestDevicePauseWithRequestsInFlight: a pause while reads are being
+// answered returns, the paused device writes nothing into guest memory
+// (a snapshot or a fork reads it then: the server's goroutines must wait
+// too, not only the worker), and after the resume every read is answered
+// with the file's bytes.
+func TestDevicePauseWithRequestsInFlight(t *testing.T) {
+	const chunk, requests = 24 << 10, 32
+	for round := 0; round < 10; round++ {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "data"), bytes.Repeat([]byte{0xa5}, 8*chunk), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := startDevice(t, dir, 16<<20)
+		openData(t, d, 64<<10)
+		pauser := d.Transport.(interface {
+			Pause()
+			Resume()
+		})
+		q := d.Queues[0]
+		for i := 0; i < requests; i++ {
+			q.AddChain([][]byte{msg(tread, uint16(10+i), u32(1), u64(uint64(i%8)*chunk), u32(chunk))}, []uint32{11 + chunk})
+		}
+		d.Notify(0)
+		// Pause once the server has begun answering: the rest of the
+		// reads are then with the server, or on their way to it.
+		answered := q.WaitUsed(1, wait)
+		pauser.Pause()
+		l := q.Layout()
+		before := bytes.Clone(q.Read(l.Data, l.DataSize))
+		time.Sleep(20 * time.Millisecond)
+		if !bytes.Equal(q.Read(l.Data, l.DataSize), before) {
+			t.Fatalf("round %d: guest memory changed while the device was paused", round)
+		}
+		pauser.Resume()
+		for _, u := range append(answered, q.WaitUsed(requests-len(answered), wait)...) {
+			if u.Len != 11+chunk || u.Data[4] != rread || !bytes.Equal(u.Data[11:], bytes.Repeat([]byte{0xa5}, chunk)) {
+				t.Fatalf("round %d: a read answered %d bytes, type %d, after the resume", round, u.Len, u.Data[4])
+			}
+		}
+	}
+}
