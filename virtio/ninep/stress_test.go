@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	vt "github.com/smolvm/smol/virtio/virtiotest"
 )
 
 // split cuts b into 1 to 4 pieces at random points, as a driver's
@@ -133,27 +135,44 @@ func TestDeviceManyRequestsInFlight(t *testing.T) {
 // more into guest memory (the server's goroutines outlive the worker,
 // and the memory may be the guest's for something else by then).
 func TestDeviceResetWithRequestsInFlight(t *testing.T) {
-	const chunk = 24 << 10
 	for round := 0; round < 20; round++ {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "data"), bytes.Repeat([]byte{0xa5}, 8*chunk), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		d := startDevice(t, dir, 16<<20)
-		openData(t, d, 64<<10)
-		q := d.Queues[0]
-		for i := 0; i < 32; i++ {
-			q.AddChain([][]byte{msg(tread, uint16(10+i), u32(1), u64(uint64(i%8)*chunk), u32(chunk))}, []uint32{11 + chunk})
-		}
-		d.Notify(0)
+		d, q := readsInFlight(t)
 		d.Reset()
-		l := q.Layout()
-		before := bytes.Clone(q.Read(l.Data, l.DataSize))
-		time.Sleep(20 * time.Millisecond)
-		if !bytes.Equal(q.Read(l.Data, l.DataSize), before) {
+		if !guestMemoryStill(q) {
 			t.Fatalf("round %d: guest memory changed after the reset returned", round)
 		}
 	}
+}
+
+// The reads that readsInFlight sends: inFlightReads of inFlightChunk
+// bytes each, of a file of 0xa5 bytes.
+const inFlightChunk, inFlightReads = 24 << 10, 32
+
+// readsInFlight starts a device serving a file of 0xa5 bytes and sends it
+// inFlightReads reads at once, enough to keep the server busy.
+func readsInFlight(t *testing.T) (*vt.Driver, *vt.DriverQueue) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "data"), bytes.Repeat([]byte{0xa5}, 8*inFlightChunk), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDevice(t, dir, 16<<20)
+	openData(t, d, 64<<10)
+	q := d.Queues[0]
+	for i := 0; i < inFlightReads; i++ {
+		q.AddChain([][]byte{msg(tread, uint16(10+i), u32(1), u64(uint64(i%8)*inFlightChunk), u32(inFlightChunk))}, []uint32{11 + inFlightChunk})
+	}
+	d.Notify(0)
+	return d, q
+}
+
+// guestMemoryStill tells whether the queue's data area stays unchanged
+// for 20 ms.
+func guestMemoryStill(q *vt.DriverQueue) bool {
+	l := q.Layout()
+	before := bytes.Clone(q.Read(l.Data, l.DataSize))
+	time.Sleep(20 * time.Millisecond)
+	return bytes.Equal(q.Read(l.Data, l.DataSize), before)
 }
 
 // TestDevicePauseWithRequestsInFlight: a pause while reads are being
@@ -162,35 +181,22 @@ func TestDeviceResetWithRequestsInFlight(t *testing.T) {
 // too, not only the worker), and after the resume every read is answered
 // with the file's bytes.
 func TestDevicePauseWithRequestsInFlight(t *testing.T) {
-	const chunk, requests = 24 << 10, 32
+	const chunk = inFlightChunk
 	for round := 0; round < 10; round++ {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "data"), bytes.Repeat([]byte{0xa5}, 8*chunk), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		d := startDevice(t, dir, 16<<20)
-		openData(t, d, 64<<10)
+		d, q := readsInFlight(t)
 		pauser := d.Transport.(interface {
 			Pause()
 			Resume()
 		})
-		q := d.Queues[0]
-		for i := 0; i < requests; i++ {
-			q.AddChain([][]byte{msg(tread, uint16(10+i), u32(1), u64(uint64(i%8)*chunk), u32(chunk))}, []uint32{11 + chunk})
-		}
-		d.Notify(0)
 		// Pause once the server has begun answering: the rest of the
 		// reads are then with the server, or on their way to it.
 		answered := q.WaitUsed(1, wait)
 		pauser.Pause()
-		l := q.Layout()
-		before := bytes.Clone(q.Read(l.Data, l.DataSize))
-		time.Sleep(20 * time.Millisecond)
-		if !bytes.Equal(q.Read(l.Data, l.DataSize), before) {
+		if !guestMemoryStill(q) {
 			t.Fatalf("round %d: guest memory changed while the device was paused", round)
 		}
 		pauser.Resume()
-		for _, u := range append(answered, q.WaitUsed(requests-len(answered), wait)...) {
+		for _, u := range append(answered, q.WaitUsed(inFlightReads-len(answered), wait)...) {
 			if u.Len != 11+chunk || u.Data[4] != rread || !bytes.Equal(u.Data[11:], bytes.Repeat([]byte{0xa5}, chunk)) {
 				t.Fatalf("round %d: a read answered %d bytes, type %d, after the resume", round, u.Len, u.Data[4])
 			}
