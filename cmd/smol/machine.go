@@ -175,10 +175,10 @@ func machineCreate(args []string) error {
 	if c.From != "" && c.Image != "" {
 		return usageError{"--from and --image exclude each other"}
 	}
-	if _, err := smol.ParseIRQChip(*irqchip); err != nil {
-		return usageError{"--irqchip: " + err.Error()}
-	}
 	if fs.Changed("irqchip") { // else the pack's, or the default
+		if _, err := smol.ParseIRQChip(*irqchip); err != nil {
+			return usageError{"--irqchip: " + err.Error()}
+		}
 		c.IRQChip = *irqchip
 	}
 	if c.Memory, err = smol.ParseSize(*mem); err != nil {
