@@ -122,6 +122,28 @@ func TestSpecMountsStayInTheRoot(t *testing.T) {
 	}
 }
 
+// TestGuestMountPointsMadeOnTheHost: /proc, /sys and /dev, where the
+// guest mounts its own filesystems, are made in the root on the host
+// (during the VM's boot, not after it); an image's dangling symlink there
+// (to a host path) is replaced, and nothing is made outside the root.
+func TestGuestMountPointsMadeOnTheHost(t *testing.T) {
+	root, outside := mountTestRoot(t)
+	if err := os.Symlink(outside+"/sys", filepath.Join(root, "sys")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mountSpec(root, nil, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"proc", "sys", "dev"} {
+		if fi, err := os.Lstat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
+			t.Errorf("/%s in the root: %v; want a directory", d, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "sys")); !os.IsNotExist(err) {
+		t.Errorf("the image's /sys symlink made %s/sys on the host: %v", outside, err)
+	}
+}
+
 // TestSpecMountsTmpfs: a tmpfs is made in the root, capped at the given
 // size when its options have none, with its own options kept.
 func TestSpecMountsTmpfs(t *testing.T) {

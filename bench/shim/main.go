@@ -36,6 +36,7 @@ func main() {
 	shimBin := flag.String("shim", "bin/containerd-shim-smol-v2", "the shim")
 	local := flag.Bool("local", true, "run copies of both binaries from the work directory (see copyBinaries)")
 	logTo := flag.String("log", "", "copy containerd's log (with the shim's) to this file at the end")
+	sharePID := flag.Bool("share-pid", false, "one PID namespace for the pod (a pod with shareProcessNamespace); kubelet's default is one per container")
 	flag.Parse()
 	work, err := os.MkdirTemp("", "smol-bench-shim-")
 	if err != nil {
@@ -83,7 +84,7 @@ func main() {
 	var sandboxes, creates, starts []float64
 	logf := func(format string, args ...any) { fmt.Printf("bench-shim: "+format+"\n", args...) }
 	res := rounds.Run(*n, 3, func(i int) error {
-		p, err := podStart(rt, i, filepath.Join(work, "logs", strconv.Itoa(i)))
+		p, err := podStart(rt, i, filepath.Join(work, "logs", strconv.Itoa(i)), *sharePID)
 		if err == nil {
 			sandboxes, creates, starts = append(sandboxes, p.sandbox), append(creates, p.create), append(starts, p.start)
 		}
@@ -120,14 +121,21 @@ func (p podTimes) answered() float64 { return p.sandbox + p.create + p.start }
 // podStart times one pod with one container, each CRI call on its own and
 // until the container's first output reaches its log in logDir (what
 // shows it runs: StartContainer's answer only says it was started), then
-// removes the pod (untimed).
-func podStart(rt cri.RuntimeServiceClient, i int, logDir string) (podTimes, error) {
+// removes the pod (untimed). The pod's namespaces are what kubelet asks
+// for a pod with hostNetwork (the bench has no CNI): the node's network,
+// and a PID namespace per container unless sharePID (a pod with
+// shareProcessNamespace).
+func podStart(rt cri.RuntimeServiceClient, i int, logDir string, sharePID bool) (podTimes, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	pid := cri.NamespaceMode_CONTAINER
+	if sharePID {
+		pid = cri.NamespaceMode_POD
+	}
 	cfg := &cri.PodSandboxConfig{
 		Metadata: &cri.PodSandboxMetadata{Name: fmt.Sprintf("bench-%d", i), Uid: fmt.Sprintf("uid-%d", i), Namespace: "default"},
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: pid}}},
 		LogDirectory: logDir,
 	}
 	var t podTimes

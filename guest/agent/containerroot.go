@@ -30,11 +30,48 @@ import (
 // resolved inside the root (package inroot): another container of the
 // pod may have planted symlinks in it.
 
-// preparedRoots are the command roots already prepared.
-var preparedRoots = struct {
+// preparedRoots are the command roots prepared, each prepared once: a
+// pod's roots side by side (its sandbox's and its first container's
+// arrive together once the VM has booted, and each takes tens of 9P round
+// trips), two commands of one root waiting for its one preparation.
+var preparedRoots onceEach
+
+// onceEach runs a function once per key, calls for different keys side
+// by side; a call that failed is tried again by the key's next one.
+type onceEach struct {
+	mu   sync.Mutex
+	keys map[string]*onceEntry
+}
+
+type onceEntry struct {
 	sync.Mutex
-	done map[string]bool
-}{done: map[string]bool{}}
+	done bool
+}
+
+// Do runs f unless a call for key has succeeded, waiting meanwhile for a
+// call for key in progress.
+func (o *onceEach) Do(key string, f func() error) error {
+	o.mu.Lock()
+	if o.keys == nil {
+		o.keys = map[string]*onceEntry{}
+	}
+	e := o.keys[key]
+	if e == nil {
+		e = &onceEntry{}
+		o.keys[key] = e
+	}
+	o.mu.Unlock()
+	e.Lock()
+	defer e.Unlock()
+	if e.done {
+		return nil
+	}
+	if err := f(); err != nil {
+		return err
+	}
+	e.done = true
+	return nil
+}
 
 // devNodes are the device nodes of a container's /dev.
 var devNodes = []struct {
@@ -48,16 +85,12 @@ var devLinks = [][2]string{{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdi
 
 // prepareRoot readies root for commands chrooted in it (above).
 func prepareRoot(root string, start agent.Start) error {
-	preparedRoots.Lock()
-	defer preparedRoots.Unlock()
-	if preparedRoots.done[root] {
+	return preparedRoots.Do(root, func() error {
+		if err := prepareRootOnce(root, start); err != nil {
+			return fmt.Errorf("root %s: %w", root, err)
+		}
 		return nil
-	}
-	if err := prepareRootOnce(root, start); err != nil {
-		return fmt.Errorf("root %s: %w", root, err)
-	}
-	preparedRoots.done[root] = true
-	return nil
+	})
 }
 
 func prepareRootOnce(root string, start agent.Start) error {
