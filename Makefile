@@ -42,8 +42,10 @@ bin/smol: FORCE kernel guest
 	$(GO) build -tags smol_embed -o $@ ./cmd/smol
 
 # The containerd shim carries the guest too: it is its machines' VMM.
+# static_build keeps Go's plugin package out should cgo be enabled
+# (cmd/containerd-shim-smol-v2/pluginbuild.go).
 bin/containerd-shim-smol-v2: FORCE bin/smol
-	$(GO) build -tags smol_embed -o $@ ./cmd/containerd-shim-smol-v2
+	$(GO) build -tags smol_embed,static_build -o $@ ./cmd/containerd-shim-smol-v2
 
 # The 3D renderer helper: the one cgo binary (virglrenderer), found by
 # smol beside its own executable.

@@ -18,7 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// unsupportedBuild, when set, says why this build of the binary must not
+// run (pluginbuild.go).
+var unsupportedBuild string
+
 func main() {
+	if unsupportedBuild != "" {
+		fmt.Fprintf(os.Stderr, "containerd-shim-smol-v2: %s\n", unsupportedBuild)
+		os.Exit(1)
+	}
 	if len(os.Args) >= 3 && os.Args[1] == "machine" && os.Args[2] == smol.VMMCommand {
 		signal.Ignore(unix.SIGHUP, unix.SIGINT, unix.SIGPIPE)
 		err := smol.ServeMachineArgs(os.Args[3:])
