@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,18 +34,10 @@ func TestCgoBuildWithPluginLoaderRefusesToRun(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	has := func(list []string, pkg string) bool {
-		for _, p := range list {
-			if p == pkg {
-				return true
-			}
-		}
-		return false
-	}
-	if !has(deps(""), "plugin") {
+	if !slices.Contains(deps(""), "plugin") {
 		t.Fatal("a cgo build no longer links the plugin package: pluginbuild.go's constraints are out of date")
 	}
-	if has(deps("static_build"), "plugin") {
+	if slices.Contains(deps("static_build"), "plugin") {
 		t.Fatal("a cgo build with -tags static_build links the plugin package")
 	}
 	dir := t.TempDir()
