@@ -115,14 +115,16 @@ func prepareRootOnce(root string, start agent.Start) error {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
-	for _, d := range []string{"proc", "sys", "dev"} {
-		fd, err := inroot.MountPoint(rootFD, d, true)
-		if err != nil {
-			return err
-		}
-		unix.Close(fd)
-	}
 	if readOnly {
+		// The mount points first, while the root is writable (below,
+		// mountAt makes any that are missing; the shim has made them).
+		for _, d := range []string{"proc", "sys", "dev"} {
+			fd, err := inroot.MountPoint(rootFD, d, true)
+			if err != nil {
+				return err
+			}
+			unix.Close(fd)
+		}
 		for _, w := range writable {
 			fd, err := inroot.Open(rootFD, w, 0)
 			if err != nil {

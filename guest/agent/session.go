@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -94,6 +93,7 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		}
 		return agent.Exit{Code: 126, Error: err.Error()}
 	}
+	defer proc.release()
 	if start.Limits != nil {
 		if err := setLimits(start.Cgroup, start.Limits); err != nil {
 			return agent.Exit{Code: 126, Error: err.Error()}
@@ -244,7 +244,8 @@ func (s *session) control(r *agent.Reader, io *stdio, pid int, tty bool) {
 
 // process is a command ready to start.
 type process struct {
-	cmd *exec.Cmd
+	cmd     *exec.Cmd
+	release func() // of the program's read-ahead pages (prefetch), once the command has ended
 }
 
 // startError is a command that cannot start, with the shell's status for it.
@@ -258,31 +259,41 @@ func (e *startError) Error() string { return e.msg }
 // prepare resolves the user, environment, directory and program of start.
 // With start.Root the command runs chrooted there (a container's root
 // shared from the host), its user, directory and program found in it.
+// The program's first pages are read ahead (prefetch) while the rest is
+// set up: the process releases them once the command has ended.
 func prepare(start agent.Start) (*process, error) {
 	root := start.Root
-	if root != "" {
-		if err := prepareRoot(root, start); err != nil {
-			return nil, &startError{126, err.Error()}
-		}
+	rootDir := root
+	if rootDir == "" {
+		rootDir = "/"
 	}
-	u, err := lookupUser(start.User, root)
+	rootFD, err := unix.Open(rootDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &startError{126, fmt.Sprintf("root %s: %v", rootDir, err)}
+	}
+	defer unix.Close(rootFD)
+	u, err := lookupUser(start.User, start.Groups, rootFD)
 	if err != nil {
 		return nil, &startError{126, err.Error()}
-	}
-	if start.Groups != nil {
-		u.groups = start.Groups
 	}
 	env := defaultEnv(start.Env, u, start.TTY)
 	dir := start.Dir
 	if dir == "" {
 		dir = "/"
 	}
-	if fi, err := os.Stat(filepath.Join(root, dir)); err != nil || !fi.IsDir() {
+	if !isDirIn(rootFD, dir) {
 		return nil, &startError{126, fmt.Sprintf("working directory %s does not exist", dir)}
 	}
-	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir, root)
+	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir, rootFD)
 	if err != nil {
 		return nil, &startError{127, err.Error()}
+	}
+	proc := &process{release: prefetch(rootFD, path)}
+	if root != "" {
+		if err := prepareRoot(root, start); err != nil {
+			proc.release()
+			return nil, &startError{126, err.Error()}
+		}
 	}
 	cmd := &exec.Cmd{Path: path, Args: start.Args, Env: env, Dir: dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -301,5 +312,6 @@ func prepare(start agent.Start) (*process, error) {
 	if start.NewPIDNamespace {
 		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
 	}
-	return &process{cmd: cmd}, nil
+	proc.cmd = cmd
+	return proc, nil
 }

@@ -3,10 +3,14 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/smolvm/smol/internal/inroot"
+	"golang.org/x/sys/unix"
 )
 
 // user is who a command runs as.
@@ -17,17 +21,24 @@ type user struct {
 	home     string
 }
 
+// A command's user, working directory and program are looked up in its
+// root (rootFD: a container's, or the guest's own "/") as the command
+// will see them: each path resolved inside that root (package inroot),
+// so that an image's absolute symlink (/usr/bin/java ->
+// /etc/alternatives/java) means the image's file, never the guest's.
+
 // lookupUser resolves an image's USER or -u value: "", NAME, UID,
 // NAME:GROUP, UID:GID (and mixtures), from the root's /etc/passwd and
-// /etc/group (of root, the command's root directory). A numeric user
-// without a passwd entry is allowed, as Docker allows it.
-func lookupUser(spec, root string) (user, error) {
+// /etc/group. A numeric user without a passwd entry is allowed, as
+// Docker allows it. Groups, if not nil, are the supplementary groups
+// exactly (the caller's); nil takes the user's from /etc/group.
+func lookupUser(spec string, groups []uint32, rootFD int) (user, error) {
 	if spec == "" {
 		spec = "root"
 	}
 	name, group, hasGroup := strings.Cut(spec, ":")
 	u := user{name: name, home: "/"}
-	entry, found := findEntry(filepath.Join(root, "/etc/passwd"), name, 2)
+	entry, found := findEntry(rootFD, "/etc/passwd", name, 2)
 	switch {
 	case found:
 		uid, err1 := strconv.ParseUint(entry[2], 10, 32)
@@ -48,7 +59,7 @@ func lookupUser(spec, root string) (user, error) {
 		return user{}, fmt.Errorf("user %s not found in the image's /etc/passwd", name)
 	}
 	if hasGroup {
-		if g, ok := findEntry(filepath.Join(root, "/etc/group"), group, 2); ok {
+		if g, ok := findEntry(rootFD, "/etc/group", group, 2); ok {
 			gid, err := strconv.ParseUint(g[2], 10, 32)
 			if err != nil {
 				return user{}, fmt.Errorf("group %s: malformed /etc/group entry", group)
@@ -61,19 +72,49 @@ func lookupUser(spec, root string) (user, error) {
 			return user{}, fmt.Errorf("group %s not found in the image's /etc/group", group)
 		}
 	}
-	u.groups = supplementaryGroups(u.name, u.gid, root)
+	if u.groups = groups; u.groups == nil {
+		u.groups = supplementaryGroups(rootFD, u.name, u.gid)
+	}
 	return u, nil
+}
+
+// maxAccountFile bounds what is read of an image's /etc/passwd or
+// /etc/group: the image is not trusted to keep them small.
+const maxAccountFile = 16 << 20
+
+// rootFile opens the regular file name of the root for reading, or
+// returns nil: missing, not a regular file (a FIFO there must not hang
+// the command's start) or unreadable are all "no such file" to callers.
+func rootFile(rootFD int, name string) *os.File {
+	fd, err := inroot.OpenFile(rootFD, name, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil
+	}
+	return os.NewFile(uintptr(fd), name)
+}
+
+// accountLines scans a passwd-style file of the root, bounded.
+func accountLines(rootFD int, name string) (*bufio.Scanner, func()) {
+	f := rootFile(rootFD, name)
+	if f == nil {
+		return nil, func() {}
+	}
+	return bufio.NewScanner(io.LimitReader(f, maxAccountFile)), func() { f.Close() }
 }
 
 // findEntry finds the line of a passwd-style file whose name (field 0) or
 // numeric id (field idField) is key.
-func findEntry(file, key string, idField int) ([]string, bool) {
-	f, err := os.Open(file)
-	if err != nil {
+func findEntry(rootFD int, file, key string, idField int) ([]string, bool) {
+	s, done := accountLines(rootFD, file)
+	defer done()
+	if s == nil {
 		return nil, false
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Split(s.Text(), ":")
 		if len(fields) <= idField {
@@ -88,14 +129,13 @@ func findEntry(file, key string, idField int) ([]string, bool) {
 
 // supplementaryGroups lists the groups of /etc/group that name a user as
 // a member, plus its primary group.
-func supplementaryGroups(name string, primary uint32, root string) []uint32 {
+func supplementaryGroups(rootFD int, name string, primary uint32) []uint32 {
 	groups := []uint32{primary}
-	f, err := os.Open(filepath.Join(root, "/etc/group"))
-	if err != nil {
+	s, done := accountLines(rootFD, "/etc/group")
+	defer done()
+	if s == nil {
 		return groups
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Split(s.Text(), ":")
 		if len(fields) < 4 {
@@ -150,13 +190,13 @@ func envValue(env []string, key string) string {
 
 // lookPath finds an executable the way a shell does, in the command's own
 // PATH (not the agent's).
-func lookPath(file, path, dir, root string) (string, error) {
+func lookPath(file, path, dir string, rootFD int) (string, error) {
 	if strings.Contains(file, "/") {
 		p := file
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if err := executable(filepath.Join(root, p)); err != nil {
+		if err := executable(rootFD, p); err != nil {
 			return "", fmt.Errorf("%s: %v", file, err)
 		}
 		return p, nil
@@ -169,20 +209,38 @@ func lookPath(file, path, dir, root string) (string, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if executable(filepath.Join(root, p)) == nil {
+		if executable(rootFD, p) == nil {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("%s: command not found", file)
 }
 
-func executable(p string) error {
-	fi, err := os.Stat(p)
+// executable says whether p is a file the command can execute.
+func executable(rootFD int, p string) error {
+	st, err := statIn(rootFD, p)
 	if err != nil {
 		return fmt.Errorf("no such file")
 	}
-	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0 {
 		return fmt.Errorf("not an executable file")
 	}
 	return nil
+}
+
+// isDirIn says whether p is a directory of the root.
+func isDirIn(rootFD int, p string) bool {
+	st, err := statIn(rootFD, p)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// statIn stats p inside the root, following its symlinks there.
+func statIn(rootFD int, p string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := inroot.Open(rootFD, p, 0)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	return st, unix.Fstat(fd, &st)
 }

@@ -16,10 +16,18 @@ import (
 )
 
 // Open opens name (relative to the root) inside the root: symlinks and
-// ".." resolved as in a chroot there, never leaving it.
+// ".." resolved as in a chroot there, never leaving it. The descriptor is
+// O_PATH: it names the file, it does not read it.
 func Open(rootFD int, name string, flags uint64) (int, error) {
+	return OpenFile(rootFD, name, flags|unix.O_PATH)
+}
+
+// OpenFile is Open for a descriptor that reads or writes (flags as for
+// openat2, O_CLOEXEC added). A caller opening a file of a hostile root
+// adds O_NONBLOCK (a FIFO there must not hang it) and checks what it got.
+func OpenFile(rootFD int, name string, flags uint64) (int, error) {
 	for {
-		fd, err := unix.Openat2(rootFD, name, &unix.OpenHow{Flags: flags | unix.O_PATH | unix.O_CLOEXEC,
+		fd, err := unix.Openat2(rootFD, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 		if err != unix.EINTR && err != unix.EAGAIN {
 			return fd, err
