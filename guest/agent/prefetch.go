@@ -1,9 +1,6 @@
 package main
 
-import (
-	"github.com/smolvm/smol/internal/inroot"
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // A container's program lives on its root's 9P share, which the guest
 // mounts with cache=mmap: nothing of a file stays cached once nobody
@@ -33,19 +30,20 @@ const prefetchChunk = 448 << 10
 // stays cached whatever this does). A program it cannot open is left to
 // the execve, which says why.
 func prefetch(rootFD int, path string) (release func()) {
-	fd, err := inroot.OpenFile(rootFD, path, unix.O_RDONLY|unix.O_NONBLOCK)
+	f := rootFile(rootFD, path)
+	if f == nil {
+		return func() {}
+	}
+	fi, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return func() {}
 	}
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return func() {}
-	}
+	fd := int(f.Fd())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		end := min(st.Size, prefetchLimit)
+		end := min(fi.Size(), prefetchLimit)
 		for off := int64(0); off < end; off += prefetchChunk {
 			// Each call reads its chunk before it returns (9P reads are
 			// synchronous): the next starts where the last ended.
@@ -57,7 +55,7 @@ func prefetch(rootFD int, path string) (release func()) {
 	return func() {
 		go func() {
 			<-done
-			unix.Close(fd)
+			f.Close()
 		}()
 	}
 }

@@ -288,8 +288,11 @@ func prepare(start agent.Start) (*process, error) {
 	if err != nil {
 		return nil, &startError{127, err.Error()}
 	}
-	proc := &process{release: prefetch(rootFD, path)}
+	proc := &process{release: func() {}}
 	if root != "" {
+		// A container's root is on a 9P share that caches nothing
+		// (prefetch); the guest's own root keeps its page cache.
+		proc.release = prefetch(rootFD, path)
 		if err := prepareRoot(root, start); err != nil {
 			proc.release()
 			return nil, &startError{126, err.Error()}
