@@ -79,6 +79,11 @@ type Command struct {
 	Signals <-chan syscall.Signal
 	// Resize carries new terminal sizes.
 	Resize <-chan Winsize
+	// Started, if set, is called once the command's own program runs in
+	// the guest (past its execve, after any set-up of its namespace and
+	// credentials), before it returns; never for a command that could
+	// not start.
+	Started func()
 }
 
 // Winsize is a terminal size in characters.
@@ -167,7 +172,7 @@ func RunCommand(ctx context.Context, cfg Config, image *imagefs.Image, cmd Comma
 	hangUp := hangUpWhenStopped(conn, m.Done())
 	exit, err := agent.Run(conn, start, agent.Streams{
 		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
-		Signals: cmd.Signals, Resize: cmd.Resize,
+		Signals: cmd.Signals, Resize: cmd.Resize, Started: cmd.Started,
 	})
 	hangUp()
 	conn.Close() // the agent powers off once the host hung up

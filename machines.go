@@ -592,7 +592,7 @@ func (m *NamedMachine) Run(ctx context.Context, cmd Command) (ExitStatus, error)
 	}
 	start.PowerOff = false
 	exit, err := m.session(ctx, start, agent.Streams{
-		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, Signals: cmd.Signals, Resize: cmd.Resize,
+		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, Signals: cmd.Signals, Resize: cmd.Resize, Started: cmd.Started,
 	})
 	if err != nil {
 		return ExitStatus{}, err

@@ -122,6 +122,31 @@ func TestRunReportsAGuestThatHangsUp(t *testing.T) {
 	}
 }
 
+// TestRunReportsTheStartOnce: a Started frame calls Streams.Started
+// before the exit is returned; a guest that says it twice is refused.
+func TestRunReportsTheStartOnce(t *testing.T) {
+	for _, times := range []int{0, 1, 2} {
+		hostEnd, guestEnd := pipePair()
+		go func() {
+			NewReader(guestEnd).Read()
+			w := NewWriter(guestEnd)
+			for range times {
+				w.Write(FrameStarted, nil)
+			}
+			w.Write(FrameExit, []byte(`{"code":0}`))
+			guestEnd.Close()
+		}()
+		calls := 0
+		exit, err := Run(hostEnd, Start{Args: []string{"true"}}, Streams{Started: func() { calls++ }})
+		switch {
+		case times < 2 && (err != nil || exit.Code != 0 || calls != times):
+			t.Errorf("%d Started frames: Run = %+v, %v; Started called %d times", times, exit, err, calls)
+		case times == 2 && (err == nil || calls != 1):
+			t.Errorf("two Started frames: Run = %+v, %v (want refused); Started called %d times", exit, err, calls)
+		}
+	}
+}
+
 // pipeEnd is one end of a bidirectional in-memory stream.
 type pipeEnd struct {
 	io.Reader

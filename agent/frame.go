@@ -13,7 +13,7 @@ import (
 type FrameType uint8
 
 // Frame types. Host to guest: Start, Stdin, StdinClose, Signal, Resize,
-// Time. Guest to host: Stdout, Stderr, Exit, TimeQuery.
+// Time. Guest to host: Started, Stdout, Stderr, Exit, TimeQuery.
 const (
 	FrameStart      FrameType = 1  // JSON Start
 	FrameStdin      FrameType = 2  // bytes for the command's stdin
@@ -25,10 +25,11 @@ const (
 	FrameExit       FrameType = 8  // JSON Exit; the last frame of a stream
 	FrameTimeQuery  FrameType = 9  // empty: what time is it on the host? (Identity.SyncClock)
 	FrameTime       FrameType = 10 // the host's wall clock: Unix nanoseconds, big-endian int64
+	FrameStarted    FrameType = 11 // empty: the command's own program runs (past its execve)
 )
 
 func (t FrameType) String() string {
-	names := [...]string{"", "start", "stdin", "stdin-close", "signal", "resize", "stdout", "stderr", "exit", "time-query", "time"}
+	names := [...]string{"", "start", "stdin", "stdin-close", "signal", "resize", "stdout", "stderr", "exit", "time-query", "time", "started"}
 	if int(t) < len(names) && t != 0 {
 		return names[t]
 	}

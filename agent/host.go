@@ -16,6 +16,10 @@ type Streams struct {
 	Stderr  io.Writer // nil: discarded (with TTY, everything comes as stdout)
 	Signals <-chan syscall.Signal
 	Resize  <-chan Winsize
+	// Started, if set, is called once the command's own program runs in
+	// the guest (past its execve), before its exit is returned; never for
+	// a command that could not start.
+	Started func()
 }
 
 // ErrNoExit says the guest closed the stream before reporting an exit
@@ -51,6 +55,7 @@ func Run(conn io.ReadWriter, start Start, s Streams) (Exit, error) {
 		timeQueries = ClockSamples
 	}
 	r := NewReader(conn)
+	started := false
 	for {
 		f, err := r.Read()
 		if err == io.EOF {
@@ -64,6 +69,14 @@ func Run(conn io.ReadWriter, start Start, s Streams) (Exit, error) {
 			stdout.Write(f.Payload)
 		case FrameStderr:
 			stderr.Write(f.Payload)
+		case FrameStarted:
+			if started {
+				return Exit{}, errors.New("agent: the guest said twice that the command started")
+			}
+			started = true
+			if s.Started != nil {
+				s.Started()
+			}
 		case FrameExit:
 			return DecodeExit(f.Payload)
 		case FrameTimeQuery:

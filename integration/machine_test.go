@@ -529,6 +529,42 @@ func TestMachineGoAPI(t *testing.T) {
 	if err != nil || code != 3 || out.String() != "api\napi-host.example\n" {
 		t.Errorf("Exec: %d %v %q", code, err, out.String())
 	}
+	// Started is called while the command runs, started directly or
+	// through the launcher (capability sets go through it): the command
+	// waits for a line sent only once Started was called. A command that
+	// cannot start, or whose launcher fails, never reports it.
+	someCaps := &smol.Capabilities{Bounding: []uint8{0, 21}, Effective: []uint8{0, 21}, Permitted: []uint8{0, 21}}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		caps    *smol.Capabilities
+		code    int
+		started bool
+	}{
+		{"direct", []string{"sh", "-c", "read x; echo $x"}, nil, 0, true},
+		{"through the launcher", []string{"sh", "-c", "read x; echo $x"}, someCaps, 0, true},
+		{"missing", []string{"no-such-program"}, nil, 127, false},
+		{"launcher failing", []string{"true"}, &smol.Capabilities{Ambient: []uint8{21}}, 126, false},
+	} {
+		stdin, feed := io.Pipe()
+		started := make(chan struct{})
+		var out strings.Builder
+		code, err := m.Exec(ctx, smol.Command{Args: c.args, Capabilities: c.caps, Stdin: stdin, Stdout: &out,
+			Started: func() {
+				close(started)
+				go func() { io.WriteString(feed, "after-start\n"); feed.Close() }()
+			}})
+		feed.Close()
+		seen := false
+		select {
+		case <-started:
+			seen = true
+		default:
+		}
+		if code != c.code || seen != c.started || c.started && (err != nil || out.String() != "after-start\n") {
+			t.Errorf("%s: Exec = %d, %v, stdout %q, Started called: %v (want %d, %v)", c.name, code, err, out.String(), seen, c.code, c.started)
+		}
+	}
 	// Pause and resume 100 times while a command streams: nothing lost.
 	lines := &firstWrite{started: make(chan struct{})}
 	done := make(chan error, 1)

@@ -3,6 +3,7 @@ package shim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -109,9 +110,14 @@ func capabilities(c *specs.LinuxCapabilities) *smol.Capabilities {
 
 // start opens the FIFOs and runs the command in m once booted says m
 // runs; exited is called with the exit status when it ends (255 if m never
-// ran).
-func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(context.Context) error, exited func(*process)) error {
+// ran). With untilRunning it returns once the command's program runs in
+// the guest (or has already ended, its status reported through exited),
+// as runc's start does: a client that execs into the container or reads
+// its processes right after finds them.
+func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(context.Context) error, exited func(*process), untilRunning bool) error {
 	cmd := p.command()
+	running := make(chan struct{})
+	cmd.Started = func() { close(running) } // once at most (agent.Run)
 	var closers []io.Closer
 	open := func(path string, flag int) (io.ReadWriteCloser, error) {
 		f, err := fifo.OpenFifo(ctx, path, flag, 0)
@@ -181,6 +187,15 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		close(p.done)
 		exited(p)
 	}()
+	if !untilRunning {
+		return nil
+	}
+	select {
+	case <-running:
+	case <-p.done:
+	case <-ctx.Done():
+		return fmt.Errorf("process %s%s: started, but not seen running: %w", p.containerID, p.execID, ctx.Err())
+	}
 	return nil
 }
 

@@ -337,7 +337,9 @@ func (s *service) process(id, execID string) (*container, *process, error) {
 }
 
 // Start runs the container's init process or one of its execs, once the
-// machine runs: it waits for the machine's boot and fails with it, except
+// machine runs, and answers once the process's program runs in the guest
+// (or has ended, its status then reported as its exit). It waits for the
+// machine's boot and fails with it, except
 // for a pod's sandbox container, a placeholder that is running while the
 // machine boots (and ends, with status 255, if the boot fails). That lets
 // containerd prepare the pod's first container while the VM boots.
@@ -352,12 +354,13 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	if st, _, _ := p.state(); st != tasktypes.StatusCreated {
 		return nil, fmt.Errorf("process %s%s: %w: already started", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
 	}
-	if !c.sandbox || r.ExecID != "" {
+	placeholder := c.sandbox && r.ExecID == ""
+	if !placeholder {
 		if err := s.booted(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := p.start(ctx, m, s.booted, s.exited); err != nil {
+	if err := p.start(ctx, m, s.booted, s.exited, !placeholder); err != nil {
 		return nil, err
 	}
 	pid := s.pid()

@@ -43,6 +43,10 @@ type launchSpec struct {
 	// Proc, if set, mounts the launcher's PID namespace's proc on /proc
 	// and applies the container's masks below it.
 	Proc *procMasks `json:"proc,omitempty"`
+	// ReadyFD, if not 0, is the write end of a pipe the agent reads: the
+	// launcher closes it by its execve of the command (close-on-exec)
+	// and writes one byte to it when it fails instead.
+	ReadyFD int `json:"readyFD,omitempty"`
 }
 
 // procMasks are a container's masked and read-only paths below /proc.
@@ -52,22 +56,58 @@ type procMasks struct {
 }
 
 // useLauncher makes cmd (its root, credential and program already
-// resolved) start through the launcher.
-func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, noNewPrivs bool, proc *procMasks) {
+// resolved) start through the launcher. The launcher execs the command
+// some time after cmd.Start has returned: the returned launch says when.
+func useLauncher(cmd *exec.Cmd, caps *agent.Capabilities, noNewPrivs bool, proc *procMasks) (*launch, error) {
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	cred := cmd.SysProcAttr.Credential
-	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, NoNewPrivs: noNewPrivs, Proc: proc}
+	spec := launchSpec{Path: cmd.Path, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups, Caps: caps, NoNewPrivs: noNewPrivs, Proc: proc,
+		ReadyFD: 3 + len(cmd.ExtraFiles)}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	b, _ := json.Marshal(spec) // plain values: cannot fail
 	cmd.Args = append([]string{launcherName, string(b)}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
 	cmd.SysProcAttr.Credential = nil // the launcher starts as root and switches itself
+	return &launch{ready: ready, readyW: readyW}, nil
 }
 
-// launch is the launcher's whole life: args are its argv after argv[0].
-// It never returns; a failure is one line on stderr and status 126, as
-// for a command that cannot be run.
-func launch(args []string) {
+// launch is the agent's side of one launcher: the pipe it reports on.
+type launch struct {
+	ready, readyW *os.File
+}
+
+// started drops the agent's copy of the pipe's write end, once the
+// launcher has its own (after cmd.Start, whether or not it succeeded).
+func (l *launch) started() { l.readyW.Close() }
+
+// execed waits for the launcher to exec the command or fail, and says
+// whether it exec'd.
+func (l *launch) execed() bool {
+	defer l.ready.Close()
+	var b [1]byte
+	n, _ := l.ready.Read(b[:])
+	return n == 0
+}
+
+// close releases the pipe (idempotent with started and execed).
+func (l *launch) close() {
+	l.readyW.Close()
+	l.ready.Close()
+}
+
+// runLauncher is the launcher's whole life: args are its argv after
+// argv[0]. It never returns; a failure is one line on stderr and status
+// 126, as for a command that cannot be run.
+func runLauncher(args []string) {
+	readyFD := -1
 	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "smol-agent: %v\n", err)
+		if readyFD > 2 {
+			unix.Write(readyFD, []byte{1})
+		}
 		os.Exit(126)
 	}
 	if len(args) < 2 {
@@ -76,6 +116,10 @@ func launch(args []string) {
 	var spec launchSpec
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
 		fail(fmt.Errorf("launcher: %w", err))
+	}
+	if spec.ReadyFD > 2 {
+		readyFD = spec.ReadyFD
+		unix.CloseOnExec(readyFD) // closed by the command's execve: it runs
 	}
 	if spec.Proc != nil {
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {

@@ -14,7 +14,7 @@ import (
 // TestMain lets the test binary be the launcher, as the agent is.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 0 && os.Args[0] == launcherName {
-		launch(os.Args[1:])
+		runLauncher(os.Args[1:])
 	}
 	os.Exit(m.Run())
 }
@@ -30,11 +30,25 @@ func statusOf(t *testing.T, uid uint32, caps agent.Capabilities, noNewPrivs bool
 	}
 	cmd := &exec.Cmd{Path: cat, Args: []string{"cat", "/proc/self/status"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{1234}}}}
-	useLauncher(cmd, &caps, noNewPrivs, nil)
-	out, err := cmd.Output()
+	l, err := useLauncher(cmd, &caps, noNewPrivs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	err = cmd.Start()
+	l.started()
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
+	if !l.execed() {
+		t.Errorf("the launcher reported a failure to exec %s", cat)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	out := stdout.String()
 	fields := map[string]string{}
 	for _, line := range strings.Split(string(out), "\n") {
 		if k, v, ok := strings.Cut(line, ":"); ok {
@@ -97,19 +111,34 @@ func TestLauncherSetsNoNewPrivs(t *testing.T) {
 }
 
 // TestLauncherFailsLikeAMissingCommand: a program that cannot be run
-// ends the launcher with status 126 and one line on stderr.
+// ends the launcher with status 126 and one line on stderr, and the
+// launcher reports that it did not exec. (Without root the launcher
+// fails earlier, at the user switch: still one line, still no exec.)
 func TestLauncherFailsLikeAMissingCommand(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the launcher starts as root, as the guest agent does")
-	}
 	cmd := &exec.Cmd{Path: "/nonexistent/program", Args: []string{"program"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{}}}
-	useLauncher(cmd, &agent.Capabilities{}, false, nil)
+	l, err := useLauncher(cmd, &agent.Capabilities{}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	err = cmd.Start()
+	l.started()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.execed() {
+		t.Error("the launcher of a missing program reported that it exec'd it")
+	}
+	err = cmd.Wait()
+	want := "/nonexistent/program"
+	if os.Geteuid() != 0 {
+		want = "supplementary groups"
+	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 126 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "/nonexistent/program") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 126 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), want) {
 		t.Errorf("launching a missing program: %v, stderr %q", err, stderr.String())
 	}
 }

@@ -27,7 +27,7 @@ import (
 
 func main() {
 	if len(os.Args) > 0 && os.Args[0] == launcherName {
-		launch(os.Args[1:]) // a command's launcher (launch.go), not PID 1
+		runLauncher(os.Args[1:]) // a command's launcher (launch.go), not PID 1
 	}
 	if err := pid1.MountAll("", pid1.KernelMounts); err != nil {
 		fatal(err)

@@ -135,7 +135,11 @@ func TestLauncherMountsTheNamespacesProc(t *testing.T) {
 	cmd := &exec.Cmd{Path: sh, Args: []string{"sh", "-c", "echo $$; ls /proc | grep -c '^[0-9]'"},
 		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{},
 			Cloneflags: unix.CLONE_NEWPID, Unshareflags: unix.CLONE_NEWNS}}
-	useLauncher(cmd, nil, false, &procMasks{})
+	l, err := useLauncher(cmd, nil, false, &procMasks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("launch: %v", err)

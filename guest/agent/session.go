@@ -148,6 +148,9 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		}()
 	}
 	go s.control(r, stdio, pid, start.TTY)
+	if proc.execed() {
+		s.w.Write(agent.FrameStarted, nil)
+	}
 
 	ws := <-status
 	drained := make(chan struct{})
@@ -174,7 +177,11 @@ func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatu
 	)
 	startCmd := func() error {
 		status, pid, err = s.reaper.Start(func() (int, error) {
-			if err := proc.cmd.Start(); err != nil {
+			err := proc.cmd.Start()
+			if proc.launch != nil {
+				proc.launch.started()
+			}
+			if err != nil {
 				return 0, err
 			}
 			return proc.cmd.Process.Pid, nil
@@ -244,8 +251,26 @@ func (s *session) control(r *agent.Reader, io *stdio, pid int, tty bool) {
 
 // process is a command ready to start.
 type process struct {
-	cmd     *exec.Cmd
-	release func() // of the program's read-ahead pages (prefetch), once the command has ended
+	cmd      *exec.Cmd
+	launch   *launch // the launcher cmd starts through, if any
+	prefetch func()  // releases the program's read-ahead pages (prefetch)
+}
+
+// release frees what the process held to start, once it has ended.
+func (p *process) release() {
+	p.prefetch()
+	if p.launch != nil {
+		p.launch.close()
+	}
+}
+
+// execed waits until the command's own program runs (a launcher has
+// exec'd it) and says whether it does. Called after cmd.Start succeeded.
+func (p *process) execed() bool {
+	if p.launch == nil {
+		return true // cmd.Start returns once the program is exec'd
+	}
+	return p.launch.execed()
 }
 
 // startError is a command that cannot start, with the shell's status for it.
@@ -288,11 +313,11 @@ func prepare(start agent.Start) (*process, error) {
 	if err != nil {
 		return nil, &startError{127, err.Error()}
 	}
-	proc := &process{release: func() {}}
+	proc := &process{prefetch: func() {}}
 	if root != "" {
 		// A container's root is on a 9P share that caches nothing
 		// (prefetch); the guest's own root keeps its page cache.
-		proc.release = prefetch(rootFD, path)
+		proc.prefetch = prefetch(rootFD, path)
 		if err := prepareRoot(root, start); err != nil {
 			proc.release()
 			return nil, &startError{126, err.Error()}
@@ -306,11 +331,16 @@ func prepare(start agent.Start) (*process, error) {
 	}
 	mountProc := start.PIDNamespace != "" && procNeeded(root, start.PIDNamespace)
 	if start.Capabilities != nil || start.NoNewPrivileges || mountProc {
-		var proc *procMasks
+		var masks *procMasks
 		if mountProc {
-			proc = &procMasks{Masked: underProc(start.MaskedPaths), ReadOnly: underProc(start.ReadOnlyPaths)}
+			masks = &procMasks{Masked: underProc(start.MaskedPaths), ReadOnly: underProc(start.ReadOnlyPaths)}
 		}
-		useLauncher(cmd, start.Capabilities, start.NoNewPrivileges, proc)
+		l, err := useLauncher(cmd, start.Capabilities, start.NoNewPrivileges, masks)
+		if err != nil {
+			proc.release()
+			return nil, &startError{126, err.Error()}
+		}
+		proc.launch = l
 	}
 	if start.NewPIDNamespace {
 		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
