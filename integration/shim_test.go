@@ -151,7 +151,8 @@ func TestShimRunsContainers(t *testing.T) {
 		if code != 3 || out != "hello from Linux\n" {
 			c.fatalf("ctr run: exit %d, stdout %q, stderr %q\ncontainerd log:\n%s", code, out, stderr, c.Log())
 		}
-		if code, _, stderr := run("missing", "no-such-command"); code == 0 {
+		// It exits 127, and why is on its stderr.
+		if code, _, stderr := run("missing", "no-such-command"); code != 127 || !strings.Contains(stderr, "no-such-command") {
 			c.errorf("a missing command: exit %d, %q", code, stderr)
 		} else {
 			t.Logf("a missing command: exit %d, %q", code, stderr)

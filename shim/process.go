@@ -170,7 +170,15 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		var ce *smol.CommandError
 		switch {
 		case errors.As(err, &ce):
+			// It could not start: why goes where its output goes (the
+			// container's log) and to the shim's log, as runc reports
+			// a failed exec.
 			code = ce.Code
+			if w := first(cmd.Stderr, cmd.Stdout); w != nil {
+				fmt.Fprintf(w, "smol: %s\n", ce.Error())
+			}
+			log.G(ctx).WithField("id", p.containerID).WithField("exec", p.execID).WithField("exitStatus", code).
+				Error("smol: the process could not start: " + ce.Error())
 		case err != nil:
 			code = 255 // the machine failed under it
 			entry := log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID)
@@ -195,6 +203,16 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 	case <-p.done:
 	case <-ctx.Done():
 		return fmt.Errorf("process %s%s: started, but not seen running: %w", p.containerID, p.execID, ctx.Err())
+	}
+	return nil
+}
+
+// first is the first of ws that is set.
+func first(ws ...io.Writer) io.Writer {
+	for _, w := range ws {
+		if w != nil {
+			return w
+		}
 	}
 	return nil
 }
