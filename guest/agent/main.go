@@ -23,6 +23,7 @@ import (
 
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/guest/pid1"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -75,12 +76,23 @@ func main() {
 
 // serveExec runs each command that arrives on agent.ExecPort.
 func serveExec(l *vsockListener, reaper *pid1.Reaper) {
+	pause := 10 * time.Millisecond
 	for {
 		conn, err := l.accept()
+		if err != nil && acceptCanRecover(err) {
+			// A connection the host gave up before it was accepted,
+			// or descriptors or memory short for a moment: the port
+			// must stay open, or no command reaches this guest again.
+			logf("exec port: %v (accepting again in %v)", err, pause)
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
+			continue
+		}
 		if err != nil {
 			logf("exec port: %v", err)
 			return
 		}
+		pause = 10 * time.Millisecond
 		go func() {
 			s := &session{conn: conn, reaper: reaper}
 			if s.serve().PowerOff {
@@ -88,6 +100,16 @@ func serveExec(l *vsockListener, reaper *pid1.Reaper) {
 			}
 		}()
 	}
+}
+
+// acceptCanRecover tells an accept error that concerns one connection or
+// a passing shortage from one that ends the listening socket.
+func acceptCanRecover(err error) bool {
+	switch err {
+	case unix.ECONNABORTED, unix.EPROTO, unix.ECONNRESET, unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM, unix.EAGAIN:
+		return true
+	}
+	return false
 }
 
 // cmdlineValue returns the value of key=value on the kernel command line.
