@@ -99,7 +99,12 @@ func prepareRootOnce(root string, start agent.Start) error {
 	if err != nil {
 		return fmt.Errorf("not a directory: %w", err)
 	}
-	defer unix.Close(rootFD)
+	// A closure: a read-only root is opened again below, and the deferred
+	// close must take the descriptor held then. Closing the first one's
+	// number twice closed whatever another goroutine had opened in
+	// between (a container's PID namespace: its join then failed with
+	// EINVAL).
+	defer func() { unix.Close(rootFD) }()
 	// The host's mounts below /dev, held from the writable share before
 	// anything covers them.
 	carried := make([]int, len(devMounts))
@@ -145,10 +150,12 @@ func prepareRootOnce(root string, start agent.Start) error {
 			return fmt.Errorf("make it read-only: %w", err)
 		}
 		// The read-only view is a new mount on root's path.
-		unix.Close(rootFD)
-		if rootFD, err = unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		view, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
 			return err
 		}
+		unix.Close(rootFD)
+		rootFD = view
 	}
 	mounts := []struct {
 		target, fstype, source string
