@@ -70,21 +70,27 @@ func claimPIDNamespace(name string) (*pidNamespace, error) {
 	return ns, nil
 }
 
-// start records the start of ns's first command, pid (in the agent's
-// namespace), or why it did not start.
-func (ns *pidNamespace) start(pid int, err error) {
-	if err == nil {
-		var fd int
-		fd, err = unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			err = fmt.Errorf("its PID namespace: %w", err)
-		}
+// openPIDNamespace opens the PID namespace of process pid (in the agent's
+// namespace). The caller opens it before the process can be reaped, so
+// that the pid cannot name another process by then.
+func openPIDNamespace(pid int) (int, error) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("its PID namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// start records the start of ns's first command: fd is its namespace
+// (openPIDNamespace), which ns owns from now on, or err why it did not
+// start.
+func (ns *pidNamespace) start(fd int, err error) {
+	if err != nil {
+		ns.end(fmt.Errorf("its first command did not start: %w", err))
+	} else {
 		pidNamespaces.Lock()
 		ns.fd = fd
 		pidNamespaces.Unlock()
-	}
-	if err != nil {
-		ns.end(fmt.Errorf("its first command did not start: %w", err))
 	}
 	close(ns.started)
 }

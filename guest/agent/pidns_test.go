@@ -76,7 +76,7 @@ func TestPIDNamespaceStartJoinEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns.start(init.Process.Pid, nil)
+	ns.start(openPIDNamespace(init.Process.Pid))
 	if _, err := claimPIDNamespace(name); err == nil {
 		t.Error("a second start of a running PID namespace was not refused")
 	}
@@ -116,7 +116,7 @@ func TestPIDNamespaceStartJoinEnd(t *testing.T) {
 	if ns, err := claimPIDNamespace(name); err != nil {
 		t.Errorf("the name of an ended namespace cannot be started again: %v", err)
 	} else {
-		ns.start(0, os.ErrNotExist)
+		ns.start(-1, os.ErrNotExist)
 	}
 }
 

@@ -124,14 +124,16 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 		proc.cmd.SysProcAttr.Setctty = true
 		proc.cmd.SysProcAttr.Ctty = 0
 	}
-	status, pid, ns, err := s.start(start, proc)
+	status, ns, err := s.start(start, proc)
 	if err != nil {
 		return agent.Exit{Code: 126, Error: fmt.Sprintf("%s: %v", start.Args[0], err)}
 	}
 	if ns != nil {
 		defer ns.end(errNamespaceEnded) // after the exit: the kernel has killed what was left in it
 	}
-	proc.cmd.Process.Release() // the reaper waits for it
+	// The reaper waits for it; the handle stays for signals (a pidfd,
+	// which cannot reach a process that reused the pid).
+	defer proc.cmd.Process.Release()
 	stdio.closeChildEnds()
 
 	var relays sync.WaitGroup
@@ -147,7 +149,7 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 			s.w.Pipe(agent.FrameStderr, stdio.stderr)
 		}()
 	}
-	go s.control(r, stdio, pid, start.TTY)
+	go s.control(r, stdio, proc.cmd.Process, start.TTY)
 	if proc.execed() {
 		s.w.Write(agent.FrameStarted, nil)
 	}
@@ -169,14 +171,14 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 
 // start starts proc in its PID namespace: the guest's, a new one it is
 // PID 1 of (returned, to be ended when proc ends), or one it joins.
-func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatus, int, *pidNamespace, error) {
-	var (
-		status <-chan unix.WaitStatus
-		pid    int
-		err    error
-	)
-	startCmd := func() error {
-		status, pid, err = s.reaper.Start(func() (int, error) {
+func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatus, *pidNamespace, error) {
+	var status <-chan unix.WaitStatus
+	// startCmd starts the command; with nsFD it also opens the command's
+	// PID namespace, under the reaper's lock: the command cannot have
+	// been reaped, nor its pid reused, by then.
+	startCmd := func(nsFD *int) error {
+		var err error
+		status, _, err = s.reaper.Start(func() (int, error) {
 			err := proc.cmd.Start()
 			if proc.launch != nil {
 				proc.launch.started()
@@ -184,7 +186,15 @@ func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatu
 			if err != nil {
 				return 0, err
 			}
-			return proc.cmd.Process.Pid, nil
+			pid := proc.cmd.Process.Pid
+			if nsFD != nil {
+				if *nsFD, err = openPIDNamespace(pid); err != nil {
+					proc.cmd.Process.Kill() // reaped with the others: it has no waiter
+					proc.cmd.Process.Release()
+					return 0, err
+				}
+			}
+			return pid, nil
 		})
 		return err
 	}
@@ -192,30 +202,31 @@ func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatu
 	case start.NewPIDNamespace:
 		ns, err := claimPIDNamespace(start.PIDNamespace)
 		if err != nil {
-			return nil, 0, nil, err
+			return nil, nil, err
 		}
-		err = startCmd()
-		ns.start(pid, err)
+		nsFD := -1
+		err = startCmd(&nsFD)
+		ns.start(nsFD, err)
 		if err != nil {
-			return nil, 0, nil, err
+			return nil, nil, err
 		}
-		return status, pid, ns, nil
+		return status, ns, nil
 	case start.PIDNamespace != "":
 		fd, err := joinPIDNamespace(start.PIDNamespace)
 		if err != nil {
-			return nil, 0, nil, err
+			return nil, nil, err
 		}
 		defer unix.Close(fd)
-		err = inPIDNamespace(fd, startCmd)
-		return status, pid, nil, err
+		err = inPIDNamespace(fd, func() error { return startCmd(nil) })
+		return status, nil, err
 	default:
-		err := startCmd()
-		return status, pid, nil, err
+		err := startCmd(nil)
+		return status, nil, err
 	}
 }
 
 // control applies the host's stdin, signal and resize frames.
-func (s *session) control(r *agent.Reader, io *stdio, pid int, tty bool) {
+func (s *session) control(r *agent.Reader, io *stdio, proc *os.Process, tty bool) {
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -235,17 +246,29 @@ func (s *session) control(r *agent.Reader, io *stdio, pid int, tty bool) {
 			}
 		case agent.FrameSignal:
 			if len(f.Payload) == 1 && f.Payload[0] > 0 && f.Payload[0] < 65 {
-				target := pid
-				if tty {
-					target = -pid // the terminal's whole process group
-				}
-				unix.Kill(target, syscall.Signal(f.Payload[0]))
+				signal(proc, syscall.Signal(f.Payload[0]), tty)
 			}
 		case agent.FrameResize:
 			if ws, err := agent.DecodeResize(f.Payload); err == nil && io.resize != nil {
 				io.resize(ws)
 			}
 		}
+	}
+}
+
+// signal sends sig to the command, or with a terminal to its whole
+// process group, while the command has not been reaped: a frame that
+// arrives after its end reaches nothing.
+func signal(proc *os.Process, sig syscall.Signal, tty bool) {
+	if !tty {
+		proc.Signal(sig) // through its pidfd
+		return
+	}
+	// Unreaped (alive or a zombie), the leader holds its pid, so no
+	// other group can have that number. The reaper can act between the
+	// check and the kill, a window of one system call.
+	if proc.Signal(syscall.Signal(0)) == nil {
+		unix.Kill(-proc.Pid, sig)
 	}
 }
 

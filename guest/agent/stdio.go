@@ -59,8 +59,19 @@ func newTTYStdio(rows, cols uint16) (*stdio, error) {
 		master.Close()
 		return nil, err
 	}
+	// Through the file, not its number: a resize that arrives as the
+	// session closes the master fails on the closed file instead of
+	// reaching whatever reused the number (another command's terminal).
+	conn, err := master.SyscallConn()
+	if err != nil {
+		master.Close()
+		slave.Close()
+		return nil, err
+	}
 	resize := func(ws agent.Winsize) {
-		unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+		conn.Control(func(fd uintptr) {
+			unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+		})
 	}
 	if rows > 0 && cols > 0 {
 		resize(agent.Winsize{Rows: rows, Cols: cols})
