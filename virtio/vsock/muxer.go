@@ -1,6 +1,7 @@
 package vsock
 
 import (
+	"log/slog"
 	"strconv"
 	"time"
 )
@@ -110,7 +111,10 @@ func (m *muxer) guestPacket(h Header, payload []byte, now time.Time) {
 		case h.Op == OpResponse && c.owe&oweRequest == 0:
 			m.establishLocal(c)
 		case h.Op == OpRST:
-			m.drop(c) // nothing listens on that guest port
+			// Nothing listens on that guest port, or its backlog is full.
+			// The host program sees only its socket closed: say why here.
+			slog.Warn("vsock: the guest refused a host connection", "port", c.key.peer)
+			m.drop(c)
 		default: // including a RESPONSE to a REQUEST not yet sent
 			m.reset(c)
 		}
@@ -321,6 +325,9 @@ func (m *muxer) hostFailed(c *conn) {
 func (m *muxer) expire(now time.Time) {
 	for _, c := range m.conns {
 		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			if c.state == stateLocalInit && c.ephemeral {
+				slog.Warn("vsock: the guest did not answer a host connection in time", "port", c.key.peer, "timeout", connectTimeout)
+			}
 			m.reset(c)
 		}
 	}
