@@ -28,6 +28,12 @@ type session struct {
 // forever.
 const outputGrace = 2 * time.Second
 
+// hangUpWait bounds how long a session waits, after the exit frame, for
+// the host to hang up. The host does so as soon as it has read the frame;
+// the bound is for a host that never does, and is long, since a guest
+// that powers off before a slow host has the frame loses the exit.
+const hangUpWait = 10 * time.Second
+
 // serve reads the Start frame, runs the command, relays its streams and
 // sends its Exit. It returns the Start (zero if none arrived) once the host
 // has closed the connection or a short wait for that has passed.
@@ -73,7 +79,7 @@ func (s *session) serve() agent.Start {
 	}
 	// Wait for the host to read the exit and hang up, so that powering
 	// off cannot overtake the frame still in flight.
-	s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	s.conn.SetReadDeadline(time.Now().Add(hangUpWait))
 	io.Copy(io.Discard, s.conn)
 	return start
 }
@@ -149,7 +155,7 @@ func (s *session) run(start agent.Start, r *agent.Reader) agent.Exit {
 			s.w.Pipe(agent.FrameStderr, stdio.stderr)
 		}()
 	}
-	go s.control(r, stdio, proc.cmd.Process, start.TTY)
+	go s.control(r, stdio, proc.cmd.Process, proc.cmd.Process.Pid, start.TTY)
 	if proc.execed() {
 		s.w.Write(agent.FrameStarted, nil)
 	}
@@ -226,7 +232,7 @@ func (s *session) start(start agent.Start, proc *process) (<-chan unix.WaitStatu
 }
 
 // control applies the host's stdin, signal and resize frames.
-func (s *session) control(r *agent.Reader, io *stdio, proc *os.Process, tty bool) {
+func (s *session) control(r *agent.Reader, io *stdio, proc *os.Process, pid int, tty bool) {
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -246,7 +252,7 @@ func (s *session) control(r *agent.Reader, io *stdio, proc *os.Process, tty bool
 			}
 		case agent.FrameSignal:
 			if len(f.Payload) == 1 && f.Payload[0] > 0 && f.Payload[0] < 65 {
-				signal(proc, syscall.Signal(f.Payload[0]), tty)
+				signal(proc, pid, syscall.Signal(f.Payload[0]), tty)
 			}
 		case agent.FrameResize:
 			if ws, err := agent.DecodeResize(f.Payload); err == nil && io.resize != nil {
@@ -256,19 +262,21 @@ func (s *session) control(r *agent.Reader, io *stdio, proc *os.Process, tty bool
 	}
 }
 
-// signal sends sig to the command, or with a terminal to its whole
-// process group, while the command has not been reaped: a frame that
-// arrives after its end reaches nothing.
-func signal(proc *os.Process, sig syscall.Signal, tty bool) {
+// signal sends sig to the command (proc, whose pid was pid at its start),
+// or with a terminal to its whole process group, while the command has not
+// been reaped: a frame that arrives after its end reaches nothing.
+func signal(proc *os.Process, pid int, sig syscall.Signal, tty bool) {
 	if !tty {
 		proc.Signal(sig) // through its pidfd
 		return
 	}
 	// Unreaped (alive or a zombie), the leader holds its pid, so no
 	// other group can have that number. The reaper can act between the
-	// check and the kill, a window of one system call.
-	if proc.Signal(syscall.Signal(0)) == nil {
-		unix.Kill(-proc.Pid, sig)
+	// check and the kill, a window of one system call. (pid is the one
+	// read at the start: a released handle's Pid is -1, and kill(1)
+	// would signal the agent.)
+	if pid > 1 && proc.Signal(syscall.Signal(0)) == nil {
+		unix.Kill(-pid, sig)
 	}
 }
 

@@ -47,11 +47,13 @@ func waitSignaled(t *testing.T, status <-chan unix.WaitStatus, sig syscall.Signa
 // does not fail.
 func TestSignalReachesTheCommandUntilReaped(t *testing.T) {
 	cmd, status := startReaped(t, "sleep", "100")
-	signal(cmd.Process, syscall.SIGTERM, false)
+	signal(cmd.Process, cmd.Process.Pid, syscall.SIGTERM, false)
 	waitSignaled(t, status, syscall.SIGTERM)
-	signal(cmd.Process, syscall.SIGKILL, false) // reaped: nothing to reach
-	signal(cmd.Process, syscall.SIGKILL, true)
+	signal(cmd.Process, cmd.Process.Pid, syscall.SIGKILL, false) // reaped: nothing to reach
+	signal(cmd.Process, cmd.Process.Pid, syscall.SIGKILL, true)
+	pid := cmd.Process.Pid
 	cmd.Process.Release()
+	signal(cmd.Process, pid, syscall.SIGKILL, true) // released: nothing, not kill(-1)
 
 	// The group: sh's child holds the output pipe; it ends at once only
 	// when the child got the signal too, not just sh.
@@ -66,7 +68,7 @@ func TestSignalReachesTheCommandUntilReaped(t *testing.T) {
 	}
 	defer group.Wait()
 	time.Sleep(200 * time.Millisecond) // sh has started its child
-	signal(group.Process, syscall.SIGKILL, true)
+	signal(group.Process, group.Process.Pid, syscall.SIGKILL, true)
 	ended := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(out); ended <- b }()
 	select {

@@ -38,34 +38,42 @@ func newPipeStdio() (*stdio, error) {
 }
 
 // newTTYStdio opens a pseudo-terminal pair on /dev/pts of the given size.
+// The master is used only through its file (never Fd, which would make it
+// blocking): closing it then ends a relay's read, and a resize that
+// arrives as the session closes fails on the closed file instead of
+// reaching whatever reused its number (another command's terminal).
 func newTTYStdio(rows, cols uint16) (*stdio, error) {
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/ptmx: %w", err)
 	}
-	fd := int(master.Fd())
-	var unlock int32
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		master.Close()
-		return nil, fmt.Errorf("unlock pty: %w", e)
-	}
-	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
-	if err != nil {
-		master.Close()
-		return nil, fmt.Errorf("pty number: %w", err)
-	}
-	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	conn, err := master.SyscallConn()
 	if err != nil {
 		master.Close()
 		return nil, err
 	}
-	// Through the file, not its number: a resize that arrives as the
-	// session closes the master fails on the closed file instead of
-	// reaching whatever reused the number (another command's terminal).
-	conn, err := master.SyscallConn()
+	var n int
+	var ptyErr error
+	err = conn.Control(func(fd uintptr) {
+		var unlock int32
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+			ptyErr = fmt.Errorf("unlock pty: %w", e)
+			return
+		}
+		if n, ptyErr = unix.IoctlGetInt(int(fd), unix.TIOCGPTN); ptyErr != nil {
+			ptyErr = fmt.Errorf("pty number: %w", ptyErr)
+		}
+	})
+	if err == nil {
+		err = ptyErr
+	}
 	if err != nil {
 		master.Close()
-		slave.Close()
+		return nil, err
+	}
+	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		master.Close()
 		return nil, err
 	}
 	resize := func(ws agent.Winsize) {

@@ -17,6 +17,9 @@ func dialHost(port uint32, patience time.Duration) (*os.File, error) {
 		if err == nil {
 			err = unix.Connect(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_HOST, Port: port})
 			if err == nil {
+				err = unix.SetNonblock(fd, true)
+			}
+			if err == nil {
 				return os.NewFile(uintptr(fd), fmt.Sprintf("vsock:2:%d", port)), nil
 			}
 			unix.Close(fd)
@@ -28,6 +31,10 @@ func dialHost(port uint32, patience time.Duration) (*os.File, error) {
 	}
 }
 
+// A connection's socket is non-blocking, so that its *os.File goes
+// through Go's poller: its deadlines then hold (a session waits a bounded
+// time for the host to hang up), and closing it ends a read in progress.
+// The listening socket blocks its own thread in accept.
 type vsockListener struct{ fd int }
 
 func listenVsock(port uint32) (*vsockListener, error) {
@@ -48,7 +55,7 @@ func listenVsock(port uint32) (*vsockListener, error) {
 
 func (l *vsockListener) accept() (*os.File, error) {
 	for {
-		nfd, _, err := unix.Accept4(l.fd, unix.SOCK_CLOEXEC)
+		nfd, _, err := unix.Accept4(l.fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
 		if err == unix.EINTR {
 			continue
 		}

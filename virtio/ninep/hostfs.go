@@ -43,9 +43,16 @@ func newTree(dir string, readOnly bool) (*tree, error) {
 	return &tree{root: os.NewFile(uintptr(fd), dir), readOnly: readOnly}, nil
 }
 
+// dupCloseOnExec duplicates fd, close-on-exec like every descriptor the
+// VMM opens: a plain dup is inherited by the programs it starts (a fork's
+// VMMs), each holding the share open for its life.
+func dupCloseOnExec(fd int) (int, error) {
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
 // Attach implements p9.Attacher: the tree's root.
 func (t *tree) Attach() (p9.File, error) {
-	fd, err := unix.Dup(int(t.root.Fd()))
+	fd, err := dupCloseOnExec(int(t.root.Fd()))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +120,7 @@ func qidOf(st unix.Stat_t) p9.QID {
 
 // Walk implements p9.File.
 func (f *file) Walk(names []string) ([]p9.QID, p9.File, error) {
-	cur, err := unix.Dup(f.fd)
+	cur, err := dupCloseOnExec(f.fd)
 	if err != nil {
 		return nil, nil, err
 	}

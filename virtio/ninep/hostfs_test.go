@@ -251,3 +251,37 @@ func TestTreeMakesNoSetuidFiles(t *testing.T) {
 		t.Logf("%s: %v, host mode %v", name, err, fi.Mode())
 	}
 }
+
+// TestTreeDescriptorsCloseOnExec: every descriptor a fid holds is
+// close-on-exec (the root's, a clone's, a walked one's), so no program the
+// VMM starts inherits the share.
+func TestTreeDescriptorsCloseOnExec(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := newTree(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.root.Close()
+	root, err := tr.Attach()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, clone, err := root.Walk(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := root.Walk([]string{"sub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]p9.File{"root": root, "clone": clone, "sub": sub} {
+		flags, err := unix.FcntlInt(uintptr(f.(*file).fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC == 0 {
+			t.Errorf("the %s fid's descriptor: flags %#x, %v; want close-on-exec", name, flags, err)
+		}
+		f.Close()
+	}
+}
