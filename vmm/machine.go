@@ -518,6 +518,11 @@ func (m *Machine) Close() error {
 		m.Stop()
 		<-m.done
 	}
+	// A Pause or Resume still in progress (an API request racing the
+	// machine's end) finishes before anything it touches is released.
+	m.pause.mu.Lock()
+	m.pause.closed = true
+	m.pause.mu.Unlock()
 	for _, vd := range m.virtio {
 		vd.close()
 	}

@@ -27,6 +27,9 @@ type pauser struct {
 	cond   *sync.Cond
 	paused bool // requested
 	parked int  // vCPUs waiting in park
+	// closed: Close is releasing the vCPUs, devices and memory that
+	// Pause and Resume touch; both refuse from then on.
+	closed bool
 }
 
 // ErrNotRunning says the machine has not started or has stopped.
@@ -38,7 +41,7 @@ func (m *Machine) Pause() error {
 	p := &m.pause
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !m.isRunning() {
+	if p.closed || !m.isRunning() {
 		return ErrNotRunning
 	}
 	if p.paused {
@@ -66,6 +69,9 @@ func (m *Machine) Resume() error {
 	p := &m.pause
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return ErrNotRunning
+	}
 	if !p.paused {
 		return nil
 	}

@@ -104,3 +104,35 @@ func TestStopWhilePaused(t *testing.T) {
 		t.Errorf("Pause after stop: %v", err)
 	}
 }
+
+// TestPauseAndResumeRaceTheClose: Pause and Resume called while the
+// machine closes (API requests racing its end) return; none touches a
+// vCPU, device or memory already released, and both refuse afterwards.
+func TestPauseAndResumeRaceTheClose(t *testing.T) {
+	m := countingGuest(t, 2)
+	waitAdvance(t, m, 0)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m.Pause()
+			m.Resume()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	m.Close()
+	close(stop)
+	<-done
+	if err := m.Pause(); err != ErrNotRunning {
+		t.Errorf("Pause after Close: %v", err)
+	}
+	if err := m.Resume(); err != ErrNotRunning {
+		t.Errorf("Resume after Close: %v", err)
+	}
+}
