@@ -3,6 +3,7 @@ package vmm
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/smolvm/smol/kvm"
 	"golang.org/x/sys/unix"
@@ -12,9 +13,14 @@ import (
 // eventfd makes KVM raise and lower the GSI inside the kernel, so a device
 // interrupts the guest without a vCPU exit and from any thread. Virtio
 // devices will use the same mechanism.
+//
+// The input pump may trigger the line while the machine closes: mu keeps
+// close from releasing the eventfd under a write, whose number could
+// otherwise be reused (another machine's disk image) by then.
 type irqLine struct {
 	gsi uint32
-	fd  int
+	mu  sync.RWMutex
+	fd  int // -1 once closed
 }
 
 func newIRQLine(vm *kvm.VM, gsi uint32) (*irqLine, error) {
@@ -33,6 +39,11 @@ func newIRQLine(vm *kvm.VM, gsi uint32) (*irqLine, error) {
 func (l *irqLine) Trigger() error {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.fd < 0 {
+		return nil // the machine is closing: no guest to interrupt
+	}
 	for {
 		_, err := unix.Write(l.fd, one[:])
 		switch err {
@@ -46,4 +57,11 @@ func (l *irqLine) Trigger() error {
 	}
 }
 
-func (l *irqLine) close() { unix.Close(l.fd) }
+func (l *irqLine) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+}
