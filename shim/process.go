@@ -11,6 +11,7 @@ import (
 	"time"
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/log"
 	"github.com/containerd/fifo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -35,11 +36,17 @@ type process struct {
 
 	mu         sync.Mutex
 	status     tasktypes.Status
+	starting   bool // a Start has claimed it (claimStart) and not failed
 	exitStatus uint32
 	oomKilled  bool // the OOM killer ended a process of its container while it ran
 	exitedAt   time.Time
 	stdinPipe  io.Closer // closed by CloseIO
 	done       chan struct{}
+	// reported is closed once its Start has published the start event
+	// (or failed): the exit event waits for it, so that containerd
+	// never hears of an end before the start.
+	reported     chan struct{}
+	reportedOnce sync.Once
 }
 
 // guestRoot is a container's root as the guest runs its processes in it.
@@ -64,8 +71,38 @@ func newProcess(containerID, execID string, root guestRoot, spec *specs.Process,
 	return &process{containerID: containerID, execID: execID, spec: spec, root: root,
 		stdin: stdin, stdout: stdout, stderr: stderr, terminal: terminal,
 		signals: make(chan syscall.Signal, 8), resize: make(chan smol.Winsize, 4),
-		status: tasktypes.StatusCreated, done: make(chan struct{})}
+		status: tasktypes.StatusCreated, done: make(chan struct{}), reported: make(chan struct{})}
 }
+
+// claimStart reserves p for one Start: a second one, concurrent or
+// later, is refused (it would run the command twice).
+func (p *process) claimStart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.status != tasktypes.StatusCreated || p.starting {
+		return fmt.Errorf("process %s%s: %w: already started", p.containerID, p.execID, errdefs.ErrFailedPrecondition)
+	}
+	p.starting = true
+	return nil
+}
+
+// startFailed gives p back to the created state after a Start that ran
+// nothing.
+func (p *process) startFailed() {
+	p.mu.Lock()
+	p.starting = false
+	p.mu.Unlock()
+}
+
+// startInProgress tells whether a Start has claimed p and not yet run it.
+func (p *process) startInProgress() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starting && p.status == tasktypes.StatusCreated
+}
+
+// startReported says that p's Start has published its event (or failed).
+func (p *process) startReported() { p.reportedOnce.Do(func() { close(p.reported) }) }
 
 // command is what the agent runs for p.
 func (p *process) command() smol.Command {
@@ -151,6 +188,10 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		// client to close its end.
 		pr, pw := io.Pipe()
 		go func() { io.Copy(pw, f); pw.Close() }()
+		// Closed once the command ended (closeAll): a copy still
+		// holding input nobody will read then fails instead of
+		// blocking forever.
+		closers = append(closers, pr)
 		cmd.Stdin = pr
 		p.mu.Lock()
 		p.stdinPipe = pw
@@ -182,8 +223,10 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		case err != nil:
 			code = 255 // the machine failed under it
 			entry := log.G(ctx).WithError(err).WithField("id", p.containerID).WithField("exec", p.execID)
-			if st, serr := settledStatus(ctx, m); serr == nil { // why, when the machine is what ended
-				entry = entry.WithField("machine", st.State).WithField("machineError", st.Error).WithField("console", st.LastConsole)
+			if m != nil { // nil: removed (Shutdown) before this start
+				if st, serr := settledStatus(ctx, m); serr == nil { // why, when the machine is what ended
+					entry = entry.WithField("machine", st.State).WithField("machineError", st.Error).WithField("console", st.LastConsole)
+				}
 			}
 			entry.Error("smol: the process ended without an exit status")
 		}
@@ -193,6 +236,7 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 		p.oomKilled = st.OOMKilled
 		p.mu.Unlock()
 		close(p.done)
+		<-p.reported
 		exited(p)
 	}()
 	if !untilRunning {
@@ -202,6 +246,10 @@ func (p *process) start(ctx context.Context, m *smol.NamedMachine, booted func(c
 	case <-running:
 	case <-p.done:
 	case <-ctx.Done():
+		// The client gave up on this start: the command must not run
+		// on as if it had succeeded. It is killed (at once, or as soon
+		// as it reaches the guest); its end is reported as any end.
+		p.kill(syscall.SIGKILL)
 		return fmt.Errorf("process %s%s: started, but not seen running: %w", p.containerID, p.execID, ctx.Err())
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -42,8 +43,9 @@ type service struct {
 	mu         sync.Mutex
 	group      string // the machine's group directory
 	machine    *smol.NamedMachine
-	boot       *smol.Boot // the machine's start, which goes on after Create
-	memory     uint64     // the machine's memory: the most a container's tmpfs may hold
+	boot       *smol.Boot    // the machine's start, which goes on after Create
+	vmmPID     atomic.Uint32 // boot's VMM process, 0 without a machine (pid)
+	memory     uint64        // the machine's memory: the most a container's tmpfs may hold
 	containers map[string]*container
 }
 
@@ -237,6 +239,7 @@ func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec)
 		return fmt.Errorf("machine for %s: %w", group, err)
 	}
 	s.machine, s.boot, s.memory = m, b, cfg.Memory
+	s.vmmPID.Store(uint32(b.PID()))
 	go func() {
 		if err := b.Err(); err != nil {
 			logf("machine for %s did not start: %v", group, err)
@@ -276,6 +279,7 @@ func (s *service) removeMachine() {
 	}
 	s.machine.Remove(context.Background(), true)
 	s.machine, s.boot = nil, nil
+	s.vmmPID.Store(0)
 }
 
 // A pod's containers carry its sandbox's id (annotations.SandboxID), which
@@ -306,12 +310,9 @@ func readSpec(bundle string) (*specs.Spec, error) {
 
 // pid is what containerd is told the processes' pid is: the machine's
 // VMM process (the guest's own pids mean nothing on the host).
-func (s *service) pid() uint32 {
-	if s.boot == nil {
-		return 0
-	}
-	return uint32(s.boot.PID())
-}
+// It is read without mu (exit reports hold no lock), so it is kept apart
+// from boot.
+func (s *service) pid() uint32 { return s.vmmPID.Load() }
 
 // find returns the process of a request.
 func (s *service) find(id, execID string) (*container, *process, error) {
@@ -351,16 +352,21 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	if err != nil {
 		return nil, err
 	}
-	if st, _, _ := p.state(); st != tasktypes.StatusCreated {
-		return nil, fmt.Errorf("process %s%s: %w: already started", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
+	if err := p.claimStart(); err != nil {
+		return nil, err
 	}
+	defer p.startReported() // after the start event below, if any
 	placeholder := c.sandbox && r.ExecID == ""
 	if !placeholder {
 		if err := s.booted(ctx); err != nil {
+			p.startFailed()
 			return nil, err
 		}
 	}
 	if err := p.start(ctx, m, s.booted, s.exited, !placeholder); err != nil {
+		if st, _, _ := p.state(); st == tasktypes.StatusCreated { // nothing ran
+			p.startFailed()
+		}
 		return nil, err
 	}
 	pid := s.pid()
@@ -400,7 +406,7 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		return nil, err
 	}
 	st, code, at := p.state()
-	if st == tasktypes.StatusRunning {
+	if st == tasktypes.StatusRunning || p.startInProgress() {
 		return nil, fmt.Errorf("process %s%s: %w: still running", r.ID, r.ExecID, errdefs.ErrFailedPrecondition)
 	}
 	pid := s.pid()
@@ -480,7 +486,13 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*ptypes.Emp
 	}
 	p.kill(sig)
 	if r.All {
+		s.mu.Lock() // Exec and Delete change the map
+		execs := make([]*process, 0, len(c.execs))
 		for _, e := range c.execs {
+			execs = append(execs, e)
+		}
+		s.mu.Unlock()
+		for _, e := range execs {
 			e.kill(sig)
 		}
 	}
