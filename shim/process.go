@@ -86,11 +86,13 @@ func (p *process) claimStart() error {
 	return nil
 }
 
-// startFailed gives p back to the created state after a Start that ran
-// nothing.
+// startFailed gives p back to the created state after a failed Start,
+// if that ran nothing (a command that runs keeps its claim).
 func (p *process) startFailed() {
 	p.mu.Lock()
-	p.starting = false
+	if p.status == tasktypes.StatusCreated {
+		p.starting = false
+	}
 	p.mu.Unlock()
 }
 

@@ -364,9 +364,7 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 		}
 	}
 	if err := p.start(ctx, m, s.booted, s.exited, !placeholder); err != nil {
-		if st, _, _ := p.state(); st == tasktypes.StatusCreated { // nothing ran
-			p.startFailed()
-		}
+		p.startFailed()
 		return nil, err
 	}
 	pid := s.pid()
