@@ -38,11 +38,41 @@ func (c *Client) Status(ctx context.Context) (Info, error) {
 	return info, err
 }
 
-// Stop shuts the machine down (see StopRequest) and returns once its VM
-// has ended.
+// Stop shuts the machine down (see StopRequest) and returns once its VMM
+// process has exited. The VMM lets go of the machine's lock before its
+// process is gone (the kernel tears down its VM and memory after that),
+// so a caller that must know the process ended, as `rm -f` promises,
+// cannot learn it from the lock: Stop holds a pidfd of the process that
+// serves the control socket and waits on it.
 func (c *Client) Stop(ctx context.Context, timeout time.Duration) error {
-	return c.call(ctx, http.MethodPost, "/v1/stop", StopRequest{Timeout: Duration(timeout)}, nil)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.sock)
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	defer conn.Close()
+	vmm, err := openPeerProcess(conn.(*net.UnixConn))
+	if err != nil {
+		return err
+	}
+	if vmm != nil {
+		defer vmm.Close()
+	}
+	// The answer comes over the connection the pidfd was opened for: the
+	// process that answers was alive when it was opened, so the pidfd is
+	// the VMM's and not a later process's that took its pid.
+	if err := c.roundTrip(ctx, conn, http.MethodPost, "/v1/stop", StopRequest{Timeout: Duration(timeout)}, nil); err != nil {
+		return err
+	}
+	if vmm == nil {
+		return nil
+	}
+	return vmm.waitExit(ctx, vmmExitWait)
 }
+
+// vmmExitWait bounds how long Stop waits for the VMM process to exit
+// once its VM has ended.
+const vmmExitWait = 10 * time.Second
 
 // Pause parks the machine's vCPUs.
 func (c *Client) Pause(ctx context.Context) error {
@@ -67,15 +97,7 @@ func (c *Client) Fork(ctx context.Context, req ForkRequest) error {
 }
 
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://machine"+path, rd)
+	req, err := newRequest(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
@@ -85,6 +107,40 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	}
 	defer resp.Body.Close()
 	return decodeResponse(resp, out)
+}
+
+// roundTrip is call over a connection the caller dialled and closes.
+func (c *Client) roundTrip(ctx context.Context, conn net.Conn, method, path string, body, out any) error {
+	req, err := newRequest(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if err := req.Write(conn); err != nil {
+		return fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w (%v)", ErrNoVMM, err)
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, out)
+}
+
+func newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	return http.NewRequestWithContext(ctx, method, "http://machine"+path, rd)
 }
 
 func decodeResponse(resp *http.Response, out any) error {
