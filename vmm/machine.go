@@ -344,6 +344,7 @@ func (m *Machine) Start() error {
 		close(m.done)
 	}()
 	go releaseStartupPages()
+	setGCPercent()
 	return nil
 }
 

@@ -54,6 +54,31 @@ func TracePhase(format string, args ...any) {
 	}
 }
 
+// gcPercent is the running VMM's GOGC. A VMM's live heap is small (a
+// megabyte or two), so at Go's default of 100 its garbage collector runs
+// after every 4 MiB allocated, the heap's floor; a device that allocates
+// per request in bulk then pays for a collection and for the runtime's
+// returning and refaulting of freed pages every few requests. The 9P
+// server allocates a fresh buffer for every Twrite's data (512 KiB at
+// smol's msize), which made the Twrite path twice as slow as at 400
+// (BENCHMARKS.md, "The VMM's garbage collector and 9P writes"). At 400
+// the floor is 16 MiB: a busy VMM's heap may grow that far, and nothing
+// changes at the guest's init, before which a VMM allocates less than
+// the old floor.
+const gcPercent = 400
+
+var gcOnce sync.Once
+
+// setGCPercent sets gcPercent once per process, once the vCPUs run,
+// unless GOGC says otherwise.
+func setGCPercent() {
+	gcOnce.Do(func() {
+		if _, set := os.LookupEnv("GOGC"); !set {
+			debug.SetGCPercent(gcPercent)
+		}
+	})
+}
+
 var releaseOnce sync.Once
 
 // releaseStartupPages tells the kernel that this process no longer needs

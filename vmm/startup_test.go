@@ -3,6 +3,7 @@ package vmm
 import (
 	"os"
 	"reflect"
+	"runtime/debug"
 	"syscall"
 	"testing"
 
@@ -56,5 +57,18 @@ func TestReleaseStartupPagesKeepsRunning(t *testing.T) {
 	// its tables still read.
 	if got := executableMappings([]byte("00400000-00401000 r-xp 00000000 00:01 7 /x\n"), unix.Mkdev(0, 1), 7); len(got) != 1 {
 		t.Fatalf("after release: %v", got)
+	}
+}
+
+// TestSetGCPercent: a running VMM collects at gcPercent, unless GOGC was
+// given.
+func TestSetGCPercent(t *testing.T) {
+	if v, set := os.LookupEnv("GOGC"); set {
+		t.Skipf("GOGC=%s is the user's choice", v)
+	}
+	setGCPercent()
+	got := debug.SetGCPercent(gcPercent)
+	if got != gcPercent {
+		t.Fatalf("GOGC after setGCPercent: %d, want %d", got, gcPercent)
 	}
 }
