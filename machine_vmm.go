@@ -48,6 +48,7 @@ type VMMSource struct {
 // that a second VMM for the same machine cannot start and a dead one is
 // seen as dead.
 func ServeMachine(name string, src VMMSource) (err error) {
+	vmm.DedicatedProcess = true
 	vmm.TracePhase("machine: VMM process of %s", name)
 	st, err := machineStore()
 	if err != nil {

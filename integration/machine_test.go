@@ -33,12 +33,36 @@ func machineCLI(t *testing.T, home string, args ...string) (int, string, string)
 	code, stdout, stderr, hung := smolRunOnce(t, home, nil, false, append([]string{"machine"}, args...)...)
 	if hung {
 		diagnosis := ""
-		if len(args) > 1 {
-			diagnosis = machineDiagnosis(home, args[1])
+		if name := machineNamed(home, args); name != "" {
+			diagnosis = machineDiagnosis(home, name)
 		}
 		t.Fatalf("smol machine %v did not finish within %v; stderr: %s%s", args, smolRunTimeout, stderr, diagnosis)
 	}
 	return code, stdout, stderr
+}
+
+// machineNamed is the machine a `smol machine ARGS...` command addresses:
+// its first argument after the subcommand, or for cp the NAME of its
+// NAME:PATH argument; "" if no such machine exists in home.
+func machineNamed(home string, args []string) string {
+	if len(args) < 2 {
+		return ""
+	}
+	candidates := args[1:2]
+	if args[0] == "cp" {
+		candidates = nil
+		for _, a := range args[1:] {
+			if name, _, ok := strings.Cut(a, ":"); ok {
+				candidates = append(candidates, name)
+			}
+		}
+	}
+	for _, name := range candidates {
+		if _, err := os.Stat(filepath.Join(home, "machines", name)); err == nil && name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 // machineDiagnosis says where machine name's VMM process was when a

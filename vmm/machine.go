@@ -344,7 +344,9 @@ func (m *Machine) Start() error {
 		close(m.done)
 	}()
 	go releaseStartupPages()
-	setGCPercent()
+	if DedicatedProcess {
+		setGCPercent()
+	}
 	return nil
 }
 

@@ -67,10 +67,17 @@ func TracePhase(format string, args ...any) {
 // the old floor.
 const gcPercent = 400
 
+// DedicatedProcess says that this process exists to run VMs: smol's own
+// commands and the VMM processes of named machines set it. Start then
+// sets the process's garbage collector for a VMM (gcPercent). A program
+// that embeds smol and runs a VM in its own process leaves it false and
+// keeps its own GOGC.
+var DedicatedProcess bool
+
 var gcOnce sync.Once
 
-// setGCPercent sets gcPercent once per process, once the vCPUs run,
-// unless GOGC says otherwise.
+// setGCPercent sets gcPercent once per process, unless GOGC says
+// otherwise. Start calls it in a DedicatedProcess once the vCPUs run.
 func setGCPercent() {
 	gcOnce.Do(func() {
 		if _, set := os.LookupEnv("GOGC"); !set {

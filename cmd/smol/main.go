@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/smolvm/smol"
+	"github.com/smolvm/smol/vmm"
 	"github.com/spf13/pflag"
 )
 
@@ -45,6 +46,7 @@ Run 'smol run --help' for its flags.
 `
 
 func main() {
+	vmm.DedicatedProcess = true // `smol run` and a packed machine's stub are their VMs' VMMs
 	if exe, s := ownStub(); s != nil && !isVMMCall(os.Args[1:]) {
 		os.Exit(stubMain(exe, s, os.Args[1:]))
 	}
