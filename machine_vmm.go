@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -193,6 +194,10 @@ type machineBackend struct {
 	// statesMu makes snapshots and forks one at a time: each pauses the
 	// machine and decides whether to resume it.
 	statesMu sync.Mutex
+	// lastSilence is when DialAgent last logged the guest's activity
+	// (unix nanoseconds), so that a guest that stopped answering is
+	// described once, not by every retry.
+	lastSilence atomic.Int64
 }
 
 // boot cold-boots the machine and waits for its agent's first call.
@@ -284,6 +289,7 @@ func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 	for len(line) < 64 {
 		if _, err := c.Read(one); err != nil {
 			c.Close()
+			b.logSilence()
 			return nil, fmt.Errorf("vsock handshake: %w", err)
 		}
 		if one[0] == '\n' {
@@ -297,6 +303,28 @@ func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// silenceWindow is how long logSilence watches the guest, and
+// silenceInterval how often at most it does.
+const (
+	silenceWindow   = time.Second
+	silenceInterval = 30 * time.Second
+)
+
+// logSilence writes to the VMM log what the guest did while its agent did
+// not answer a connection (vmm.Machine.GuestActivity): whether it is alive
+// at all, and where its devices' interrupts stand. It holds up the failed
+// dial by silenceWindow, at most once per silenceInterval.
+func (b *machineBackend) logSilence() {
+	now := time.Now().UnixNano()
+	last := b.lastSilence.Load()
+	if now-last < int64(silenceInterval) || !b.lastSilence.CompareAndSwap(last, now) {
+		return
+	}
+	if activity := b.m.vm.GuestActivity(silenceWindow); activity != "" {
+		slog.Warn("the guest agent did not answer a connection", "guest", activity)
+	}
 }
 
 // Shutdown asks the agent for a clean power-off and stops the VM when it

@@ -341,6 +341,14 @@ func (m *MMIO) SignalUsed(queue int) error {
 	return m.trigger()
 }
 
+// InterruptStatus returns the InterruptStatus register as the driver would
+// read it: the interrupts raised and not yet acknowledged.
+func (m *MMIO) InterruptStatus() uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.interruptStatus
+}
+
 // SignalConfigChange implements Interrupter: the device changed its
 // configuration space. It bumps ConfigGeneration (so drivers re-read
 // multi-field config consistently) and, when the device runs, sets

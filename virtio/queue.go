@@ -195,6 +195,25 @@ func (q *Queue) NeedsInterrupt() bool {
 	return le16(q.avail[0:])&availFlagNoInterrupt == 0
 }
 
+// Describe says where the device and the driver stand in the rings, for a
+// diagnosis of a queue that seems stuck: the driver's avail index against
+// the next entry the device takes, the used index the device published,
+// the driver's used_event (EVENT_IDX) or its no-interrupt flag, and the
+// avail_event the device asked to be notified at. Only the owning goroutine
+// may call it.
+func (q *Queue) Describe() string {
+	if !q.state.Ready {
+		return "not ready"
+	}
+	s := fmt.Sprintf("avail %d taken %d used %d signalled %d",
+		loadAvailIdx(q.avail), q.state.NextAvail, q.state.NextUsed, q.state.SignalledUsed)
+	if q.state.EventIdx {
+		return s + fmt.Sprintf(" used_event %d avail_event %d",
+			le16(q.avail[4+2*uint64(q.state.Size):]), le16(q.used[4+8*uint64(q.state.Size):]))
+	}
+	return s + fmt.Sprintf(" avail_flags %#x", le16(q.avail[0:]))
+}
+
 // needEvent is the spec's vring_need_event: whether moving an index from old
 // to cur crossed event (all arithmetic modulo 2^16).
 func needEvent(event, cur, old uint16) bool {

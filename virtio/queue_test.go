@@ -461,3 +461,28 @@ func TestEventIdxAvailEvent(t *testing.T) {
 		t.Fatal("buffer after running dry again not notified")
 	}
 }
+
+// Describe names both sides' positions: a stuck queue's diagnosis shows
+// whether the driver offered buffers the device did not take, or the
+// device used buffers without the interrupt the driver asked for.
+func TestQueueDescribe(t *testing.T) {
+	_, dq, q := newQueuePair(t, queueOpts{eventIdx: true})
+	dq.AddChain(nil, []uint32{1})
+	dq.AddChain(nil, []uint32{1})
+	dq.AddChain(nil, []uint32{1})
+	if err := q.Push(mustPop(t, q), 0); err != nil {
+		t.Fatal(err)
+	}
+	dq.SetUsedEvent(7)
+	if got, want := q.Describe(), "avail 3 taken 1 used 1 signalled 0 used_event 7 avail_event 0"; got != want {
+		t.Errorf("EVENT_IDX: %q, want %q", got, want)
+	}
+	_, dq, q = newQueuePair(t, queueOpts{})
+	dq.SetAvailFlags(virtiotest.AvailNoInterrupt)
+	if got, want := q.Describe(), "avail 0 taken 0 used 0 signalled 0 avail_flags 0x1"; got != want {
+		t.Errorf("without EVENT_IDX: %q, want %q", got, want)
+	}
+	if got := new(virtio.Queue).Describe(); got != "not ready" {
+		t.Errorf("a queue never set up: %q", got)
+	}
+}

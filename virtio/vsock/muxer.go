@@ -321,16 +321,18 @@ func (m *muxer) hostFailed(c *conn) {
 
 // expire resets connections whose timer ran out: a guest that never
 // answered a REQUEST, a dial that hung, a host that will not take the last
-// of the guest's data.
-func (m *muxer) expire(now time.Time) {
+// of the guest's data. It returns the guest ports of the host connections
+// the guest never answered, which the worker reports.
+func (m *muxer) expire(now time.Time) (unanswered []uint32) {
 	for _, c := range m.conns {
 		if !c.deadline.IsZero() && !now.Before(c.deadline) {
 			if c.state == stateLocalInit && c.ephemeral {
-				slog.Warn("vsock: the guest did not answer a host connection in time", "port", c.key.peer, "timeout", connectTimeout)
+				unanswered = append(unanswered, c.key.peer)
 			}
 			m.reset(c)
 		}
 	}
+	return unanswered
 }
 
 // nextDeadline returns the earliest connection timer.

@@ -191,9 +191,13 @@ func TestHostInitiatedTimeout(t *testing.T) {
 	if d, ok := mt.m.nextDeadline(); !ok || d != mt.now.Add(connectTimeout) {
 		t.Fatalf("deadline %v %v", d, ok)
 	}
-	mt.m.expire(mt.now.Add(connectTimeout - time.Millisecond))
+	if ports := mt.m.expire(mt.now.Add(connectTimeout - time.Millisecond)); ports != nil {
+		t.Fatalf("unanswered before the deadline: %v", ports)
+	}
 	mt.expect(MaxPayload)
-	mt.m.expire(mt.now.Add(connectTimeout))
+	if ports := mt.m.expire(mt.now.Add(connectTimeout)); len(ports) != 1 || ports[0] != 5000 {
+		t.Fatalf("unanswered at the deadline: %v, want [5000]", ports)
+	}
 	out := mt.expect(MaxPayload, OpRST)
 	if out[0].h.SrcPort != hport || out[0].h.DstPort != 5000 || !s.closed {
 		t.Fatalf("RST %+v, host closed %v", out[0].h, s.closed)

@@ -3,6 +3,7 @@ package vsock
 import (
 	"encoding/binary"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/smolvm/smol/virtio"
@@ -95,7 +96,7 @@ func (w *worker) run(life *virtio.Worker) {
 		case reply := <-w.resetCalls:
 			w.transportReset(reply)
 		case now := <-timer.C:
-			w.mux.expire(now)
+			w.expire(now)
 		}
 	}
 }
@@ -121,12 +122,28 @@ func (w *worker) serviceReady(timer <-chan time.Time) bool {
 		case reply := <-w.resetCalls:
 			w.transportReset(reply)
 		case now := <-timer:
-			w.mux.expire(now)
+			w.expire(now)
 		default:
 			return true
 		}
 	}
 	return true
+}
+
+// expire runs the connection timers. A host connection the guest never
+// answered is logged with where the queues stand, so that a guest that
+// stopped answering can be told apart from one whose packets or interrupts
+// went missing: rx shows whether the REQUEST found a buffer and the guest
+// took it, tx whether the guest sent anything since.
+func (w *worker) expire(now time.Time) {
+	ports := w.mux.expire(now)
+	if len(ports) == 0 {
+		return
+	}
+	slog.Warn("vsock: the guest did not answer a host connection in time",
+		"ports", ports, "timeout", connectTimeout,
+		"rx", w.queues[rxQueue].Describe(), "tx", w.queues[txQueue].Describe(),
+		"connections", len(w.mux.conns), "backlog", len(w.mux.control))
 }
 
 // resetGateMax bounds the reset gate for a driver that never refills its
