@@ -14,7 +14,9 @@ import (
 var activityStats = []string{"exits", "halt_exits", "halt_wakeup", "irq_injections", "irq_window_exits"}
 
 // GuestActivity watches the guest for window and describes, in one line,
-// what it did and where each virtio device's interrupt stands. It is the
+// what it did and where each virtio device's interrupt stands: per vCPU,
+// whether its thread is in KVM_RUN or held in the VMM and how often it
+// entered, and KVM's counters of exits and interrupts. It is the
 // VMM's side of a diagnosis when the guest stopped answering the host: a
 // guest whose vCPUs still exit and take interrupts is alive, and then a
 // device interrupt left pending (InterruptStatus set, the I/O APIC pin's
@@ -30,12 +32,20 @@ func (m *Machine) GuestActivity(window time.Duration) string {
 		return ""
 	}
 	before := m.vcpuCounters()
+	entries := make([]uint64, len(m.vcpus))
+	for i, v := range m.vcpus {
+		entries[i] = v.entries.Load()
+	}
 	time.Sleep(window)
 	after := m.vcpuCounters()
 	var b strings.Builder
 	fmt.Fprintf(&b, "over %v:", window)
-	for i := range after {
-		fmt.Fprintf(&b, " vcpu%d", i)
+	for i, v := range m.vcpus {
+		where := "in the VMM"
+		if v.inGuest.Load() {
+			where = "in KVM_RUN"
+		}
+		fmt.Fprintf(&b, " vcpu%d (%s, entries +%d)", i, where, v.entries.Load()-entries[i])
 		if after[i] == nil || before[i] == nil {
 			b.WriteString(" (no KVM statistics)")
 			continue

@@ -25,6 +25,11 @@ type vcpu struct {
 	// exits counts this vCPU's exits to the VMM by kind and address. Only
 	// the vCPU's goroutine writes it; it is read after the vCPU stopped.
 	exits map[exitKey]uint64
+	// entries counts KVM_RUN calls and inGuest is true during one, for
+	// GuestActivity: a vCPU whose thread neither enters KVM_RUN nor sits
+	// in it is held up in the VMM.
+	entries atomic.Uint64
+	inGuest atomic.Bool
 }
 
 // exitKey names one kind of exit: a port, an MMIO address, or another reason.
@@ -49,7 +54,10 @@ func (v *vcpu) run() (reason StopReason, err error) {
 		// read only on the next KVM_RUN. A stop sets immediate_exit first,
 		// so that entry finishes the access and returns at once, and the
 		// vCPU's state is consistent when the loop leaves.
+		v.entries.Add(1)
+		v.inGuest.Store(true)
 		err := v.fd.Run()
+		v.inGuest.Store(false)
 		if errors.Is(err, kvm.ErrInterrupted) {
 			if m.stopping.Load() {
 				return StopRequested, nil
