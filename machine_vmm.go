@@ -274,6 +274,7 @@ func (b *machineBackend) Resume() error {
 // device's host socket ("CONNECT port" handshake).
 func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
+	dialled := time.Now()
 	c, err := d.DialContext(ctx, "unix", b.vsock)
 	if err != nil {
 		return nil, err
@@ -289,7 +290,12 @@ func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 	for len(line) < 64 {
 		if _, err := c.Read(one); err != nil {
 			c.Close()
-			b.logSilence()
+			// A guest whose agent is not listening (yet: a restored
+			// guest before its vsock reset) refuses at once, and
+			// restores redial until it answers; only silence is news.
+			if time.Since(dialled) >= silenceAfter {
+				b.logSilence()
+			}
 			return nil, fmt.Errorf("vsock handshake: %w", err)
 		}
 		if one[0] == '\n' {
@@ -305,9 +311,11 @@ func (b *machineBackend) DialAgent(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-// silenceWindow is how long logSilence watches the guest, and
-// silenceInterval how often at most it does.
+// A handshake that failed after silenceAfter was not refused but went
+// unanswered (the vsock device gives the guest 2 s); logSilence then
+// watches the guest for silenceWindow, at most once per silenceInterval.
 const (
+	silenceAfter    = time.Second
 	silenceWindow   = time.Second
 	silenceInterval = 30 * time.Second
 )
@@ -315,7 +323,7 @@ const (
 // logSilence writes to the VMM log what the guest did while its agent did
 // not answer a connection (vmm.Machine.GuestActivity): whether it is alive
 // at all, and where its devices' interrupts stand. It holds up the failed
-// dial by silenceWindow, at most once per silenceInterval.
+// dial by silenceWindow.
 func (b *machineBackend) logSilence() {
 	now := time.Now().UnixNano()
 	last := b.lastSilence.Load()
