@@ -19,8 +19,10 @@ var activityStats = []string{"exits", "halt_exits", "halt_wakeup", "irq_injectio
 // entered, and KVM's counters of exits and interrupts. It is the
 // VMM's side of a diagnosis when the guest stopped answering the host: a
 // guest whose vCPUs still exit and take interrupts is alive, and then a
-// device interrupt left pending (InterruptStatus set, the I/O APIC pin's
-// remote IRR held) points at a lost notification rather than a dead guest.
+// device interrupt raised and never acknowledged (InterruptStatus still
+// set) points at a lost interrupt rather than a dead guest, while a device
+// with nothing raised and work the guest never saw (the queues' own
+// description, vsock logs it) points at a notification the device missed.
 // It reads KVM's counters and the in-kernel irqchip, so it disturbs neither
 // the vCPUs nor the devices. It takes window to answer, and like KVMStats
 // it is valid until Close ("" once Close began).
@@ -51,8 +53,8 @@ func (m *Machine) GuestActivity(window time.Duration) string {
 			continue
 		}
 		for _, name := range activityStats {
-			if v, ok := after[i][name]; ok {
-				fmt.Fprintf(&b, " %s +%d", name, v-before[i][name])
+			if value, ok := after[i][name]; ok {
+				fmt.Fprintf(&b, " %s +%d", name, value-before[i][name])
 			}
 		}
 	}
