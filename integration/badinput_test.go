@@ -121,18 +121,6 @@ func listeningSocket(t *testing.T) string {
 	return p
 }
 
-// TestGuestKernelPanicIsACrash: the guest kernel reports its panic
-// through pvpanic, and smol ends with an error that says so instead of
-// treating the reboot that follows as a clean end.
-func TestGuestKernelPanicIsACrash(t *testing.T) {
-	artifact(t, "build/vmlinux", "kernel")
-	initrd := guestInitramfs(t, "echo c > /proc/sysrq-trigger\n")
-	code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "1", "--mem", "256M")
-	if code == 0 || !strings.Contains(stderr, "panicked") {
-		t.Fatalf("exit %d, stderr %q; want a non-zero exit reporting the panic; console:\n%s", code, stderr, stdout)
-	}
-}
-
 func TestTAPWithoutNetAdminIsAClearError(t *testing.T) {
 	vmlinux := artifact(t, "build/vmlinux", "kernel")
 	bin := artifact(t, "bin/smol", "build")

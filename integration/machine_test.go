@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -561,23 +560,29 @@ func machineStep(t *testing.T, home, name string, step func() error) {
 // of the box's known failures, "" otherwise:
 //
 //   - a silent triple fault, which KVM reports with the registers of the
-//     reset state (rip=0xfff0);
-//   - a kernel panic (reported through pvpanic), "Fatal exception in
-//     interrupt", after a loop of page faults at
-//     restore_regs_and_return_to_kernel (the iretq back to kernel mode):
-//     the loop the box's own kernel dies of (README, known issue;
-//     BENCHMARKS.md, "Guest failures"), where no VMM of ours is involved.
+//     reset state (rip=0xfff0): the machine failed;
+//   - a kernel panic, "Fatal exception in interrupt", after a loop of page
+//     faults at restore_regs_and_return_to_kernel (the iretq back to
+//     kernel mode), the loop the box's own kernel dies of (README, known
+//     issue; BENCHMARKS.md, "Guest failures"), where no VMM of ours is
+//     involved: the guest kernel then reboots, which stops the machine.
 func boxGuestDeath(home, name string, s smol.MachineStatus) string {
-	if s.State != "failed" {
-		return ""
-	}
-	if strings.Contains(s.Error, "triple-faulted") && strings.Contains(s.Error, "rip=0xfff0 ") {
-		return s.Error
-	}
-	if strings.Contains(s.Error, "kernel panicked") {
-		console, _ := os.ReadFile(filepath.Join(home, "machines", name, machine.ConsoleLog))
-		if bytes.Contains(console, []byte("? exc_page_fault")) && bytes.Contains(console, []byte("? restore_regs_and_return_to_kernel")) {
-			return s.Error + ", after a loop of page faults at the kernel's iretq"
+	switch s.State {
+	case "failed":
+		if strings.Contains(s.Error, "triple-faulted") && strings.Contains(s.Error, "rip=0xfff0 ") {
+			return s.Error
+		}
+	case "stopped":
+		b, _ := os.ReadFile(filepath.Join(home, "machines", name, machine.ConsoleLog))
+		// Only the last boot's console counts: the log spans restarts.
+		boot := string(b)
+		if i := strings.LastIndex(boot, "smol: starting machine "+name+" at "); i >= 0 {
+			boot = boot[i:]
+		}
+		ended := strings.Contains(boot, "smol: machine "+name+" ended at ") && strings.HasSuffix(strings.TrimSpace(boot), ": reboot")
+		if ended && strings.Contains(boot, "Kernel panic - not syncing: Fatal exception in interrupt") &&
+			strings.Contains(boot, "? exc_page_fault") && strings.Contains(boot, "? restore_regs_and_return_to_kernel") {
+			return "the guest kernel panicked after a loop of page faults at its iretq, and rebooted"
 		}
 	}
 	return ""
