@@ -137,12 +137,14 @@ func RunCommand(ctx context.Context, cfg Config, image *imagefs.Image, cmd Comma
 		cfg.Disks = append([]Disk{{Path: image.Disk, ReadOnly: true, Serial: "smol-root"}}, cfg.Disks...)
 		cfg.Cmdline += " smol.root=/dev/vda"
 	}
-	// Unless the caller wants the console, keep its end: it is the only
-	// clue when the guest fails before the agent reports.
-	var console *syncbuf.Tail
+	// Keep the console's end, besides giving it to the caller who wants
+	// it: it is the only clue when the guest fails before the agent
+	// reports.
+	console := syncbuf.NewTail(16 << 10)
 	if cfg.Console == nil {
-		console = syncbuf.NewTail(16 << 10)
 		cfg.Console = console
+	} else {
+		cfg.Console = io.MultiWriter(console, cfg.Console)
 	}
 
 	dir, err := os.MkdirTemp("", "smol-vsock-")

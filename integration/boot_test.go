@@ -3,6 +3,8 @@ package integration
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -139,16 +141,24 @@ func TestBzImageOfProjectKernelBoots(t *testing.T) {
 // rather than wait on the agent's connection forever.
 func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 	home := t.TempDir()
+	consoleLog := filepath.Join(t.TempDir(), "console.log")
 	begin := time.Now()
-	code, _, stderr, hung := smolRunOnce(t, home, nil, false, "run", "--cpus", "1", "--mem", "256M", "--", "sh", "-c", "echo before; kill -ABRT 1; sleep 600")
+	code, _, stderr, hung := smolRunOnce(t, home, nil, false, "run", "--cpus", "1", "--mem", "256M", "--console-log", consoleLog,
+		"--", "sh", "-c", "echo before; kill -ABRT 1; sleep 600")
 	if hung {
-		t.Fatalf("smol still waited %v after its guest rebooted; stderr:\n%s", smolRunTimeout, stderr)
+		console, _ := os.ReadFile(consoleLog)
+		t.Fatalf("smol still waited %v after its guest rebooted; stderr:\n%s\nthe guest's console:\n%s", smolRunTimeout, stderr, console)
 	}
 	// The kernel restarts through the keyboard controller (a reboot) or,
 	// now and then in the box, by a triple fault (a crash): either way
 	// smol must say how the VM stopped.
 	if code == 0 || !strings.Contains(stderr, "the VM stopped (reboot) before its agent ended the command") && !strings.Contains(stderr, "guest crashed: ") {
 		t.Fatalf("exit %d after %v, stderr:\n%s", code, time.Since(begin), stderr)
+	}
+	// --console-log has the kernel's own account, which a command's run
+	// does not show otherwise.
+	if console, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(console), "Kernel panic - not syncing") {
+		t.Errorf("--console-log has no kernel panic (%v):\n%s", err, console)
 	}
 	t.Logf("smol ended %v after it started, exit %d: %.200s", time.Since(begin).Round(time.Millisecond), code, stderr)
 }

@@ -37,7 +37,11 @@ func main() {
 	local := flag.Bool("local", true, "run copies of both binaries from the work directory (see copyBinaries)")
 	logTo := flag.String("log", "", "copy containerd's log (with the shim's) to this file at the end")
 	sharePID := flag.Bool("share-pid", false, "one PID namespace for the pod (a pod with shareProcessNamespace); kubelet's default is one per container")
+	trace := flag.Bool("trace", false, "print each round's timeline: the shim's and VMM's process starts, the VMM's start-up phases, the CRI answers (see trace.go)")
 	flag.Parse()
+	if *trace {
+		os.Setenv("SMOL_STARTUP_TRACE", "1") // containerd's, so the shims' and their VMMs'
+	}
 	work, err := os.MkdirTemp("", "smol-bench-shim-")
 	if err != nil {
 		fatal(err)
@@ -84,7 +88,15 @@ func main() {
 	var sandboxes, creates, starts []float64
 	logf := func(format string, args ...any) { fmt.Printf("bench-shim: "+format+"\n", args...) }
 	res := rounds.Run(*n, 3, func(i int) error {
-		p, err := podStart(rt, i, filepath.Join(work, "logs", strconv.Itoa(i)), *sharePID)
+		var observe func() []milestone
+		if *trace {
+			observe = func() []milestone {
+				ms := append(shimProcesses("the shim's server", filepath.Base(shim), "-address"),
+					shimProcesses("the machine's VMM", filepath.Base(shim), "__vmm")...)
+				return append(ms, startupPhases(vmmLogs(d.ShimRoot()), time.Now(), "VMM: ")...)
+			}
+		}
+		p, err := podStart(rt, i, filepath.Join(work, "logs", strconv.Itoa(i)), *sharePID, observe)
 		if err == nil {
 			sandboxes, creates, starts = append(sandboxes, p.sandbox), append(creates, p.create), append(starts, p.start)
 		}
@@ -94,10 +106,16 @@ func main() {
 		cmd := exec.Command(*smolBin, "run", "--cpus", "2", "--mem", "2G", "--", "true")
 		cmd.Env = append(os.Environ(), "SMOL_HOME="+home)
 		start := time.Now()
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			return fmt.Errorf("smol run: %v: %s", err, out)
 		}
 		r := ms(time.Since(start))
+		if *trace {
+			printTimeline(fmt.Sprintf("round %d, pod", i), p.began, p.timeline)
+			printTimeline(fmt.Sprintf("round %d, smol run -- true", i), start,
+				append(startupPhases(out, start, ""), milestone{start.Add(time.Duration(r * float64(time.Millisecond))), "exited"}))
+		}
 		pods, answered, runs = append(pods, p.output), append(answered, p.answered()), append(runs, r)
 		fmt.Printf("round %d: pod start %.0f ms to the container's first output (RunPodSandbox %.0f, CreateContainer %.0f, StartContainer %.0f: %.0f to its answer), smol run -- true %.0f ms\n",
 			i, p.output, p.sandbox, p.create, p.start, p.answered(), r)
@@ -114,6 +132,8 @@ func main() {
 type podTimes struct {
 	sandbox, create, start float64 // each CRI call
 	output                 float64 // from RunPodSandbox to the container's first line in its log
+	began                  time.Time
+	timeline               []milestone // with -trace
 }
 
 func (p podTimes) answered() float64 { return p.sandbox + p.create + p.start }
@@ -125,7 +145,11 @@ func (p podTimes) answered() float64 { return p.sandbox + p.create + p.start }
 // for a pod with hostNetwork (the bench has no CNI): the node's network,
 // and a PID namespace per container unless sharePID (a pod with
 // shareProcessNamespace).
-func podStart(rt cri.RuntimeServiceClient, i int, logDir string, sharePID bool) (podTimes, error) {
+//
+// observe, if not nil, is called once the container's output is there,
+// before the pod is removed, for what the round's timeline adds to the
+// CRI answers.
+func podStart(rt cri.RuntimeServiceClient, i int, logDir string, sharePID bool, observe func() []milestone) (podTimes, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pid := cri.NamespaceMode_CONTAINER
@@ -140,12 +164,17 @@ func podStart(rt cri.RuntimeServiceClient, i int, logDir string, sharePID bool) 
 	}
 	var t podTimes
 	began := time.Now()
+	t.began = began
 	start := began
+	answered := func(what string) {
+		t.timeline = append(t.timeline, milestone{time.Now(), what})
+	}
 	sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "smol"})
 	if err != nil {
 		return t, fmt.Errorf("RunPodSandbox: %w", err)
 	}
 	t.sandbox = ms(time.Since(start))
+	answered("RunPodSandbox answered")
 	defer func() {
 		rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId})
 		rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId})
@@ -158,14 +187,20 @@ func podStart(rt cri.RuntimeServiceClient, i int, logDir string, sharePID bool) 
 		return t, fmt.Errorf("CreateContainer: %w", err)
 	}
 	t.create = ms(time.Since(start))
+	answered("CreateContainer answered")
 	start = time.Now()
 	if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
 		return t, fmt.Errorf("StartContainer: %w", err)
 	}
 	t.start = ms(time.Since(start))
+	answered("StartContainer answered")
 	for {
 		if b, _ := os.ReadFile(filepath.Join(logDir, "app.log")); strings.Contains(string(b), " up") {
 			t.output = ms(time.Since(began))
+			answered("the container's first output in its log")
+			if observe != nil {
+				t.timeline = append(t.timeline, observe()...)
+			}
 			return t, nil
 		}
 		if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,6 +29,7 @@ func runCommand(args []string) (int, error) {
 	volumes := fs.StringArrayP("volume", "v", nil, "share the host directory HOST with the guest at GUEST: HOST:GUEST[:ro] (virtio-9p; confined to HOST); repeatable")
 	network := addNetFlags(fs)
 	display := addGPUFlags(fs)
+	consoleLog := fs.String("console-log", "", "append the guest's serial console (its kernel's messages) to FILE, rotated to FILE.1 at 1 MiB; with a COMMAND it is otherwise discarded")
 	egressLog := fs.String("egress-log", "", "append the network gateway's egress log (one JSON line per flow and denied name) to FILE, kept under 2 MiB")
 	netTAP := fs.String("net-tap", "", "give the guest a network device on host TAP interface NAME (created if needed; needs CAP_NET_ADMIN)")
 	mac := fs.String("mac", "", "the guest's MAC address with --net-tap (default: derived from the TAP name)")
@@ -117,6 +119,15 @@ func runCommand(args []string) (int, error) {
 		defer log.Close()
 		cfg.EgressLog = log
 	}
+	var consoleFile io.Writer
+	if *consoleLog != "" {
+		log, err := machine.OpenLog(*consoleLog)
+		if err != nil {
+			return 0, fmt.Errorf("--console-log: %w", err)
+		}
+		defer log.Close()
+		consoleFile, cfg.Console = log, log
+	}
 	if *vsockPath != "" {
 		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}
 	} else if fs.Changed("cid") {
@@ -134,6 +145,9 @@ func runCommand(args []string) (int, error) {
 	}
 	defer console.restore()
 	cfg.Console, cfg.ConsoleInput = os.Stdout, console.input
+	if consoleFile != nil {
+		cfg.Console = io.MultiWriter(os.Stdout, consoleFile)
+	}
 	m, err := smol.Start(cfg)
 	if err != nil {
 		return 0, err
