@@ -105,9 +105,9 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	qemu, err := exec.LookPath(qemuBinary)
+	qemu, err := findEmulator()
 	if err != nil {
-		return -1, fmt.Errorf("%w: %s not found (apt-get install qemu-system-x86)", ErrUnavailable, qemuBinary)
+		return -1, err
 	}
 	if _, err := os.Stat(busyboxPath); err != nil {
 		return -1, fmt.Errorf("%w: %s not found (apt-get install busybox-static)", ErrUnavailable, busyboxPath)
@@ -180,7 +180,8 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	began := time.Now()
 	b := &session{kernel: kernel, life: newLife(began)}
 	b.console = &consoleTail{w: opts.Stdout, life: b.life}
-	cmd := exec.Command(qemu, qemuArgs(kernel, initrd, job, lifeSock, monitorSock, opts)...)
+	cmd := exec.Command(qemu.binary, append(qemu.args, qemuArgs(kernel, initrd, job, lifeSock, monitorSock, opts)...)...)
+	cmd.Env = append(os.Environ(), qemu.env...)
 	cmd.Stdin = nil
 	cmd.Stdout = b.console
 	cmd.Stderr = logw
@@ -188,7 +189,7 @@ func Run(ctx context.Context, script string, opts Options) (int, error) {
 	// leave a box behind that runs on, or hangs, with no one to end it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("box: start %s: %w", qemu, err)
+		return -1, fmt.Errorf("box: start %s: %w", qemu.binary, err)
 	}
 	defer b.close()
 	exited := make(chan error, 1)

@@ -25,7 +25,7 @@ func Main(m *testing.M, runsHere func() bool) int {
 	if InBox() || runsHere() {
 		return m.Run()
 	}
-	fmt.Fprintf(os.Stderr, "box: this host's KVM cannot run these tests; running %s inside the test box\n", shortName(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "box: this host's KVM cannot run these tests; running %s inside the test box (%s)\n", shortName(os.Args[0]), Emulator())
 	began := time.Now()
 	timeout := testTimeout(os.Args[1:])
 	args := verboseArgs(os.Args[1:])
