@@ -143,8 +143,14 @@ func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 	home := t.TempDir()
 	consoleLog := filepath.Join(t.TempDir(), "console.log")
 	begin := time.Now()
+	// SIGTERM, not SIGABRT: the agent (init) handles neither, and Go's
+	// runtime ends the process on both, but prints every goroutine first
+	// on SIGABRT. In the box the serial console sometimes crawls at about
+	// a line a second, for QEMU's guests as for smol's (BENCHMARKS.md,
+	// "The box on QEMU 10"), and that dump outlasted smolRunTimeout in 2
+	// of 3 runs one day, as the console log printed on a hang showed.
 	code, _, stderr, hung := smolRunOnce(t, home, nil, false, "run", "--cpus", "1", "--mem", "256M", "--console-log", consoleLog,
-		"--", "sh", "-c", "echo before; kill -ABRT 1; sleep 600")
+		"--", "sh", "-c", "echo before; kill -TERM 1; sleep 600")
 	if hung {
 		console, _ := os.ReadFile(consoleLog)
 		t.Fatalf("smol still waited %v after its guest rebooted; stderr:\n%s\nthe guest's console:\n%s", smolRunTimeout, stderr, console)
@@ -155,11 +161,17 @@ func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "the VM stopped (reboot) before its agent ended the command") && !strings.Contains(stderr, "guest crashed: ") {
 		t.Fatalf("exit %d after %v, stderr:\n%s", code, time.Since(begin), stderr)
 	}
-	// --console-log has the kernel's own account, which a command's run
-	// does not show otherwise.
-	if console, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(console), "Kernel panic - not syncing") {
-		t.Errorf("--console-log has no kernel panic (%v):\n%s", err, console)
+	// After a reboot, --console-log has the kernel's own account of it,
+	// which a command's run does not show otherwise (a triple fault in
+	// the box can come before the kernel has printed anything).
+	console, err := os.ReadFile(consoleLog)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if strings.Contains(stderr, "(reboot)") && !strings.Contains(string(console), "Kernel panic - not syncing") {
+		t.Errorf("--console-log has no kernel panic:\n%s", console)
+	}
+
 	t.Logf("smol ended %v after it started, exit %d: %.200s", time.Since(begin).Round(time.Millisecond), code, stderr)
 }
 

@@ -1,6 +1,9 @@
 package serial
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Output path. The guest writes THR one byte per vCPU exit; the bytes go
 // into the transmit queue and a transmitter goroutine hands them to the host
@@ -68,16 +71,40 @@ func (u *UART) kickTransmitter() {
 	}
 }
 
+// transmitGather is how long the transmitter lets output gather after the
+// first byte of a burst before it writes. Waking it costs the vCPU thread
+// a wake-up of another thread (a futex, on a busy host an inter-processor
+// interrupt), which per byte was most of what a console flood cost in the
+// nested test box (BENCHMARKS.md, "The serial flood"); a millisecond makes
+// it one wake-up and one host write per burst, and is not a delay anyone
+// typing sees. The queue still holds a guest writing faster than 4 MB/s:
+// THRE then reads clear, as on a slow wire.
+const transmitGather = time.Millisecond
+
 // transmitter is the goroutine that writes the transmit queue to the host.
 // It runs until Close and writes what is left before exiting.
 func (u *UART) transmitter() {
 	defer close(u.transmitterDone)
 	buf := make([]byte, TransmitQueueSize)
+	gather := time.NewTimer(0)
+	<-gather.C
 	for {
 		select {
 		case <-u.kick:
-			for u.sendQueued(buf) {
+			gather.Reset(transmitGather)
+			select {
+			case <-gather.C:
+			case <-u.stop:
+				u.sendQueued(buf)
+				return
 			}
+			// One write takes the whole queue. Output queued from here
+			// on kicks again and waits for the next burst's write.
+			select {
+			case <-u.kick:
+			default:
+			}
+			u.sendQueued(buf)
 		case <-u.stop:
 			u.sendQueued(buf)
 			return

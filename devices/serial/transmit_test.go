@@ -3,7 +3,9 @@ package serial
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestTransmitReachesWriterInOrder(t *testing.T) {
@@ -182,4 +184,44 @@ func TestDivisorLatch(t *testing.T) {
 	if s := h.uart.State(); s.DivisorLatchLow != 0x0c || s.DivisorLatchHigh != 0 {
 		t.Fatalf("state divisor = %#x/%#x", s.DivisorLatchLow, s.DivisorLatchHigh)
 	}
+}
+
+// countingWriter counts the host writes the transmitter makes.
+type countingWriter struct {
+	syncBuffer
+	writes atomic.Int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes.Add(1)
+	return w.syncBuffer.Write(p)
+}
+
+// TestBurstIsOneHostWrite: a burst of output reaches the host in one write
+// per transmitGather at most, not a write (and a wake-up of the
+// transmitter) per byte; nothing is lost or reordered on the way.
+func TestBurstIsOneHostWrite(t *testing.T) {
+	w := &countingWriter{}
+	h := &harness{t: t, irq: &countingInterrupt{}, uart: New(&countingInterrupt{}, w)}
+	h.openLikeLinux()
+	var sent strings.Builder
+	began := time.Now()
+	for i := 0; i < 3000; i++ {
+		c := byte('a' + i%26)
+		if i%80 == 79 {
+			c = '\n'
+		}
+		h.out(regData, c)
+		sent.WriteByte(c)
+	}
+	elapsed := time.Since(began)
+	h.uart.Close()
+	if w.String() != sent.String() {
+		t.Fatalf("writer got %d bytes, want the %d sent, in order", len(w.String()), sent.Len())
+	}
+	// Every write but Close's last one waited transmitGather after a kick.
+	if most := int64(elapsed/transmitGather) + 2; w.writes.Load() > most {
+		t.Fatalf("%d host writes for %d bytes written in %v, want at most %d (one per %v)", w.writes.Load(), sent.Len(), elapsed, most, transmitGather)
+	}
+	t.Logf("%d bytes in %v: %d host writes", sent.Len(), elapsed, w.writes.Load())
 }
