@@ -171,7 +171,6 @@ func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 	if strings.Contains(stderr, "(reboot)") && !strings.Contains(string(console), "Kernel panic - not syncing") {
 		t.Errorf("--console-log has no kernel panic:\n%s", console)
 	}
-
 	t.Logf("smol ended %v after it started, exit %d: %.200s", time.Since(begin).Round(time.Millisecond), code, stderr)
 }
 

@@ -119,14 +119,13 @@ func runCommand(args []string) (int, error) {
 		defer log.Close()
 		cfg.EgressLog = log
 	}
-	var consoleFile io.Writer
 	if *consoleLog != "" {
 		log, err := machine.OpenLog(*consoleLog)
 		if err != nil {
 			return 0, fmt.Errorf("--console-log: %w", err)
 		}
 		defer log.Close()
-		consoleFile, cfg.Console = log, log
+		cfg.Console = log
 	}
 	if *vsockPath != "" {
 		cfg.Vsock = &smol.Vsock{Path: *vsockPath, CID: *cid}
@@ -144,10 +143,12 @@ func runCommand(args []string) (int, error) {
 		return 0, err
 	}
 	defer console.restore()
-	cfg.Console, cfg.ConsoleInput = os.Stdout, console.input
-	if consoleFile != nil {
-		cfg.Console = io.MultiWriter(os.Stdout, consoleFile)
+	if cfg.Console != nil { // --console-log: the terminal and the file
+		cfg.Console = io.MultiWriter(os.Stdout, cfg.Console)
+	} else {
+		cfg.Console = os.Stdout
 	}
+	cfg.ConsoleInput = console.input
 	m, err := smol.Start(cfg)
 	if err != nil {
 		return 0, err
