@@ -133,12 +133,21 @@ func smolRun(t *testing.T, home string, stdin io.Reader, args ...string) (int, s
 			t.Fatal(err)
 		}
 	}
-	code, stdout, stderr, hung := smolRunOnce(t, home, input, stdin != nil, args...)
-	if hung || strings.Contains(stderr, "the guest agent did not start") ||
-		strings.Contains(stderr, "triple-faulted") && strings.Contains(stderr, "rip=0xfff0 ") {
-		// The box's known failures (see boot): run it once more.
+	return smolRunAgainOnBoxFailure(t, args, func() (int, string, string, bool) {
+		return smolRunOnce(t, home, input, stdin != nil, args...)
+	})
+}
+
+// smolRunAgainOnBoxFailure runs a smol command through once, and once more
+// where the first run met one of the box's known guest failures (see
+// boot): it hung, its guest never reached its agent, or it triple-faulted
+// silently. Each second run is logged.
+func smolRunAgainOnBoxFailure(t *testing.T, args []string, once func() (code int, stdout, stderr string, hung bool)) (int, string, string) {
+	t.Helper()
+	code, stdout, stderr, hung := once()
+	if hung || bootHangReport(stderr) || silentTripleFaultReport(stderr) {
 		t.Logf("KNOWN ISSUE: the guest hung or triple-faulted, running smol %v again; stderr was:\n%s", args, stderr)
-		code, stdout, stderr, hung = smolRunOnce(t, home, input, stdin != nil, args...)
+		code, stdout, stderr, hung = once()
 	}
 	if hung {
 		t.Fatalf("smol %v did not finish within %v, twice; stdout so far:\n%s\nstderr (with smol's goroutines):\n%s", args, smolRunTimeout, stdout, stderr)
@@ -153,17 +162,34 @@ const smolRunTimeout = 3 * time.Minute
 
 func smolRunOnce(t *testing.T, home string, input []byte, hasStdin bool, args ...string) (code int, stdout, stderr string, hung bool) {
 	t.Helper()
+	cmd := smolCommand{bin: artifact(t, "bin/smol", "build"), env: append(os.Environ(), "SMOL_HOME="+home)}
+	return cmd.runOnce(t, input, hasStdin, args...)
+}
+
+// smolCommand is a smol binary to run, with its whole environment and its
+// working directory (empty: the test's).
+type smolCommand struct {
+	bin string
+	env []string
+	dir string
+}
+
+// runOnce runs the binary with args and input on its stdin (none unless
+// hasStdin), killing it after smolRunTimeout (hung is then true).
+func (c smolCommand) runOnce(t *testing.T, input []byte, hasStdin bool, args ...string) (code int, stdout, stderr string, hung bool) {
+	t.Helper()
 	var stdin io.Reader
 	if hasStdin {
 		stdin = bytes.NewReader(input)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), smolRunTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, artifact(t, "bin/smol", "build"), args...)
+	cmd := exec.CommandContext(ctx, c.bin, args...)
 	// A smol that hangs is ended with SIGABRT, which smol does not
 	// forward to its guest: Go then prints every goroutine on stderr, so
 	// the report says where the VMM was waiting.
-	cmd.Env = append(os.Environ(), "SMOL_HOME="+home, "GOTRACEBACK=all")
+	cmd.Env = append(append([]string(nil), c.env...), "GOTRACEBACK=all")
+	cmd.Dir = c.dir
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
 	cmd.WaitDelay = commandWaitDelay
 	cmd.Stdin = stdin

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,24 +37,13 @@ func TestCopiedBinaryRunsAlone(t *testing.T) {
 		}
 	}
 	env = append(env, "HOME="+filepath.Join(dir, "home"), "SMOL_HOME="+filepath.Join(dir, "smolhome"))
+	copied := smolCommand{bin: bin, env: env, dir: dir}
 	for _, args := range [][]string{{"run", "--", "echo", "hi"}, {"run", "--image", img, "--", "echo", "hi"}} {
-		run := func() (string, []byte, error) {
-			cmd := exec.Command(bin, args...)
-			cmd.Dir, cmd.Env = dir, env
-			out, err := cmd.Output()
-			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = ee.Stderr
-			}
-			return string(out), stderr, err
-		}
-		out, stderr, err := run()
-		if err != nil && silentTripleFaultReport(string(stderr)) {
-			t.Logf("KNOWN ISSUE: guest triple-faulted in the reset state, running it again: %s", stderr)
-			out, stderr, err = run()
-		}
-		if err != nil || out != "hi\n" {
-			t.Fatalf("the copied smol %v: %q, %v: %s", args, out, err, stderr)
+		code, out, stderr := smolRunAgainOnBoxFailure(t, args, func() (int, string, string, bool) {
+			return copied.runOnce(t, nil, false, args...)
+		})
+		if code != 0 || out != "hi\n" {
+			t.Fatalf("the copied smol %v: exit %d, stdout %q, stderr: %s", args, code, out, stderr)
 		}
 	}
 	cached, _ := filepath.Glob(filepath.Join(dir, "home", ".cache", "smol", "guest", "*"))
