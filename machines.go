@@ -348,7 +348,32 @@ func (m *NamedMachine) startVMM(ctx context.Context, src VMMSource) error {
 
 // launchVMM starts the machine's VMM process and returns while it boots
 // or restores; the machine's start lock is held until the Boot is done.
-func (m *NamedMachine) launchVMM(ctx context.Context, src VMMSource) (_ *Boot, err error) {
+func (m *NamedMachine) launchVMM(ctx context.Context, src VMMSource) (*Boot, error) {
+	v, err := m.spawnVMM(src)
+	if err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		v.cmd.Wait()
+		close(exited)
+	}()
+	proc := vmmProcess{pid: v.cmd.Process.Pid, exited: exited, kill: func() { v.cmd.Process.Kill() }}
+	return m.awaitBoot(ctx, proc, v.ready, v.lock.File(), v.consoleBefore), nil
+}
+
+// spawnedVMM is a VMM process just started, booting or restoring its
+// machine: whoever holds it waits for its word on ready (awaitBoot),
+// holding the machine's start lock meanwhile.
+type spawnedVMM struct {
+	cmd           *exec.Cmd
+	ready         *os.File // read end of the pipe the VMM says "running" on
+	lock          *machine.Lock
+	consoleBefore int64 // the console log's size before this boot
+}
+
+// spawnVMM takes the machine's start lock and starts its VMM process.
+func (m *NamedMachine) spawnVMM(src VMMSource) (_ *spawnedVMM, err error) {
 	name := m.spec.Name
 	sl, err := m.lockStart()
 	if err != nil {
@@ -368,8 +393,7 @@ func (m *NamedMachine) launchVMM(ctx context.Context, src VMMSource) (_ *Boot, e
 			return nil, errors.New("cannot find the smol binary to run the machine's VMM (set smol.VMMExecutable)")
 		}
 	}
-	logPath := m.store.Path(name, machine.VMMLog)
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	logf, err := os.OpenFile(m.store.Path(name, machine.VMMLog), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -404,53 +428,69 @@ func (m *NamedMachine) launchVMM(ctx context.Context, src VMMSource) (_ *Boot, e
 		readyR.Close()
 		return nil, fmt.Errorf("start the VMM process: %w", err)
 	}
-	b := &Boot{pid: cmd.Process.Pid, done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		defer sl.Unlock()
-		defer readyR.Close()
-		b.err = m.awaitVMM(ctx, cmd, readyR, logPath, consoleBefore)
-	}()
-	return b, nil
+	return &spawnedVMM{cmd: cmd, ready: readyR, lock: sl, consoleBefore: consoleBefore}, nil
 }
 
-// awaitVMM waits until the VMM process cmd says on ready that the machine
-// runs, and checks that its state says so too; a VMM that dies, takes too
-// long or is cancelled with ctx is gone when this returns an error.
-func (m *NamedMachine) awaitVMM(ctx context.Context, cmd *exec.Cmd, ready io.Reader, logPath string, consoleBefore int64) error {
+// vmmProcess is a machine's VMM process as the one waiting for its boot
+// sees it: its own child (launchVMM), or another process's (Adopt).
+type vmmProcess struct {
+	pid    int
+	exited <-chan struct{} // closed when the process has ended
+	kill   func()
+}
+
+// awaitBoot returns a Boot that ends when the VMM process proc says on
+// ready that the machine runs, or has failed to; it closes ready and
+// startLock (the machine's start lock, held until then) when it ends.
+func (m *NamedMachine) awaitBoot(ctx context.Context, proc vmmProcess, ready, startLock *os.File, consoleBefore int64) *Boot {
+	b := &Boot{pid: proc.pid, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		defer startLock.Close()
+		defer ready.Close()
+		b.err = m.awaitVMM(ctx, proc, ready, consoleBefore)
+	}()
+	return b
+}
+
+// awaitVMM waits until the VMM process proc says on ready that the
+// machine runs, and checks that its state says so too; a VMM that dies,
+// takes too long or is cancelled with ctx is gone when this returns an
+// error.
+func (m *NamedMachine) awaitVMM(ctx context.Context, proc vmmProcess, ready io.Reader, consoleBefore int64) error {
 	name := m.spec.Name
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	logPath := m.store.Path(name, machine.VMMLog)
 	said := make(chan bool, 1)
 	go func() {
 		var b [1]byte
 		n, _ := ready.Read(b[:])
 		said <- n == 1
 	}()
+	stop := func() {
+		proc.kill()
+		<-proc.exited
+	}
 	deadline := time.After(agentBootTimeout + 30*time.Second)
 	for {
 		select {
-		case <-exited:
+		case <-proc.exited:
 			return m.startFailure(logPath, consoleBefore)
 		case <-ctx.Done():
-			cmd.Process.Kill()
-			<-exited
+			stop()
 			return ctx.Err()
 		case <-deadline:
-			cmd.Process.Kill()
-			<-exited
+			stop()
 			return fmt.Errorf("machine %s did not start within %v", name, agentBootTimeout+30*time.Second)
 		case ok := <-said:
 			// Without the byte, the VMM closed the pipe as it died:
 			// its exit (above) tells why.
-			if st, err := m.store.Status(name); ok && err == nil && st.State == machine.Running && st.PID == cmd.Process.Pid {
-				// The VMM is on its own now; Wait's goroutine stays
-				// blocked until it exits or we do.
+			if st, err := m.store.Status(name); ok && err == nil && st.State == machine.Running && st.PID == proc.pid {
+				// The VMM is on its own now; the goroutine watching
+				// for its exit stays blocked until it exits or we do.
 				return nil
 			}
 			if ok {
-				cmd.Process.Kill()
-				<-exited
+				stop()
 				return fmt.Errorf("machine %s did not start: its VMM said it runs, its state does not", name)
 			}
 		}
@@ -462,9 +502,17 @@ func (m *NamedMachine) awaitVMM(ctx context.Context, cmd *exec.Cmd, ready io.Rea
 func (m *NamedMachine) lockStart() (*machine.Lock, error) {
 	l, err := m.store.TryLock(m.spec.Name, machine.StartLock)
 	if errors.Is(err, machine.ErrLocked) {
-		return nil, fmt.Errorf("machine %s is being started by another command", m.spec.Name)
+		return nil, &startingError{m.spec.Name}
 	}
 	return l, err
+}
+
+// startingError is lockStart's answer while another command holds the
+// start lock.
+type startingError struct{ name string }
+
+func (e *startingError) Error() string {
+	return fmt.Sprintf("machine %s is being started by another command", e.name)
 }
 
 // startFailure says why a VMM process ended before its machine ran: the
@@ -774,6 +822,10 @@ func (m *NamedMachine) image() *imagefs.Image {
 func (m *NamedMachine) Remove(ctx context.Context, force bool) error {
 	name := m.spec.Name
 	sl, err := m.lockStart()
+	var starting *startingError
+	if force && errors.As(err, &starting) {
+		sl, err = m.endStart(ctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -157,6 +157,13 @@ func TestShimRunsContainers(t *testing.T) {
 		} else {
 			t.Logf("a missing command: exit %d, %q", code, stderr)
 		}
+		// A container whose Create fails (a CPU quota below the least
+		// the guest's cgroups take) is refused, though its machine began
+		// to boot in containerd's `shim start`: the shim's shutdown
+		// removes it (no machine is left: checked at the end).
+		if code, _, stderr := c.Ctr("run", "--rm", "--runtime", shimRuntime, "--snapshotter", "native", "--cpu-quota", "500", "--cpu-period", "100000", ref[0], "badquota", "true"); code == 0 || !strings.Contains(stderr, "CPU quota") {
+			c.errorf("a container with a 500 µs CPU quota: exit %d, %q", code, stderr)
+		}
 		// It ran in a smol machine: its kernel command line is smol's.
 		if code, out, stderr := run("where", "cat", "/proc/cmdline"); code != 0 || !strings.Contains(out, "smol.shares=") {
 			c.errorf("the container's kernel command line: %q (exit %d, stderr %q)", out, code, stderr)

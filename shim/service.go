@@ -64,7 +64,10 @@ const guestRoots = "/run/smol/containers"
 
 // New is the shim's task service (containerd's shim.Init).
 func New(ctx context.Context, id string, publisher cshim.Publisher, shutdown func()) (cshim.Shim, error) {
-	return &service{ctx: ctx, id: id, publisher: publisher, shutdown: shutdown, containers: map[string]*container{}}, nil
+	s := &service{ctx: ctx, id: id, publisher: publisher, shutdown: shutdown, containers: map[string]*container{}}
+	ns, _ := namespaces.Namespace(ctx)
+	s.adoptInheritedBoot(ns)
+	return s, nil
 }
 
 var _ taskapi.TaskService = (*service)(nil)
@@ -198,54 +201,34 @@ func (s *service) sandboxPIDNamespace(spec *specs.Spec) string {
 // startMachine creates the group's machine, sharing the group's directory
 // of container roots with it, and starts its boot, which Create does not
 // wait for: containerd prepares the pod's containers meanwhile, and a
-// process's Start waits for it (boot).
+// process's Start waits for it (boot). Where `shim start` began the boot
+// already (launchForServer), this server takes over its wait.
 func (s *service) startMachine(ctx context.Context, ns string, spec *specs.Spec) error {
-	base := stateRoot()
-	group := s.id
-	if spec.Annotations != nil {
-		if sb := spec.Annotations[sandboxAnnotation]; sb != "" {
-			group = sb
-		}
-	}
-	s.group = filepath.Join(base, ns, group)
-	if err := os.MkdirAll(filepath.Join(s.group, "roots"), 0o711); err != nil {
-		return err
-	}
-	os.Setenv("SMOL_HOME", filepath.Join(base, "home"))
-	if exe, err := os.Executable(); err == nil {
-		smol.VMMExecutable = exe // the shim binary serves `machine __vmm` too
-	}
-	name := machineName(ns, group)
-	if old, err := smol.OpenMachine(name); err == nil { // a leftover of a killed shim
-		old.Remove(ctx, true)
-	}
-	// The pod's host name (spec.Hostname: the pod's, or the node's for a
-	// pod in the host network) is its VM's: the containers share it.
-	cfg := smol.MachineConfig{Name: name, CPUs: 2, Memory: 2 << 30, Storage: 1 << 30, Hostname: spec.Hostname,
-		// Setuid: an image's setuid files work in its container, as with
-		// runc (the VM is the boundary).
-		Volumes: []smol.Volume{{Host: filepath.Join(s.group, "roots"), Guest: guestRoots, Setuid: true}}}
-	if l := spec.Linux; l != nil && l.Resources != nil && l.Resources.Memory != nil && l.Resources.Memory.Limit != nil && *l.Resources.Memory.Limit >= 256<<20 {
-		cfg.Memory = uint64(*l.Resources.Memory.Limit)
-	}
-	m, err := smol.CreateMachine(ctx, cfg)
+	g := newGroupMachine(ns, groupOf(s.id, spec), spec)
+	s.group = g.dir
+	m, err := g.create(ctx)
 	if err != nil {
-		return fmt.Errorf("machine for %s: %w", group, err)
+		return err
 	}
 	// The boot outlives this request, whose context ends with it.
 	b, err := m.Launch(context.WithoutCancel(ctx))
 	if err != nil {
 		m.Remove(context.Background(), true)
-		return fmt.Errorf("machine for %s: %w", group, err)
+		return fmt.Errorf("machine %s: %w", g.cfg.Name, err)
 	}
-	s.machine, s.boot, s.memory = m, b, cfg.Memory
+	s.setMachine(g, m, b)
+	return nil
+}
+
+// setMachine makes m, booting (b), the group's machine.
+func (s *service) setMachine(g groupMachine, m *smol.NamedMachine, b *smol.Boot) {
+	s.group, s.machine, s.boot, s.memory = g.dir, m, b, g.cfg.Memory
 	s.vmmPID.Store(uint32(b.PID()))
 	go func() {
 		if err := b.Err(); err != nil {
-			logf("machine for %s did not start: %v", group, err)
+			logf("machine %s did not start: %v", g.cfg.Name, err)
 		}
 	}()
-	return nil
 }
 
 // booted waits for the group's machine to run (startMachine) and says

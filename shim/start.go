@@ -3,6 +3,7 @@ package shim
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	taskapi "github.com/containerd/containerd/runtime/v2/task"
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/internal/mountinfo"
+	"github.com/smolvm/smol/vmm"
 )
 
 // StartShim is containerd's `start`: it runs in the container's bundle and
@@ -26,10 +28,8 @@ func (s *service) StartShim(ctx context.Context, opts cshim.StartOpts) (_ string
 	if err != nil {
 		return "", err
 	}
-	group := opts.ID
-	if spec, err := readSpec("."); err == nil && spec.Annotations[sandboxAnnotation] != "" {
-		group = spec.Annotations[sandboxAnnotation]
-	}
+	spec, specErr := readSpec(".")
+	group := groupOf(opts.ID, spec)
 	address, err := cshim.SocketAddress(ctx, opts.Address, group)
 	if err != nil {
 		return "", err
@@ -72,6 +72,17 @@ func (s *service) StartShim(ctx context.Context, opts cshim.StartOpts) (_ string
 	cmd.Dir = cwd
 	cmd.ExtraFiles = []*os.File{f} // fd 3: the socket shim.Run serves
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The group's machine boots while the server starts and containerd
+	// calls its Create, which then only waits for the boot. Nothing may
+	// be printed here: containerd takes all this process prints for the
+	// shim's address. A machine that cannot start now is started by
+	// Create, which reports why not.
+	if specErr == nil && spec.Process != nil {
+		vmm.TraceTo(io.Discard)
+		if h, err := launchForServer(ctx, ns, group, spec, cmd); err == nil {
+			defer h.Close() // the server holds its own copies
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
@@ -87,10 +98,8 @@ func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) 
 	ns, _ := namespaces.Namespace(ctx)
 	base := stateRoot()
 	os.Setenv("SMOL_HOME", filepath.Join(base, "home"))
-	group := s.id
-	if spec, err := readSpec("."); err == nil && spec.Annotations[sandboxAnnotation] != "" {
-		group = spec.Annotations[sandboxAnnotation]
-	}
+	spec, _ := readSpec(".")
+	group := groupOf(s.id, spec)
 	root := filepath.Join(base, ns, group, "roots", s.id)
 	(&container{rootfs: root, mounted: true}).unmount()
 	if group == s.id {

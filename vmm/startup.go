@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -33,7 +34,17 @@ var (
 	programStart = time.Now() // package initialisation, close to exec
 	tracing      = os.Getenv(startupTraceEnv) == "1"
 	traceMu      sync.Mutex
+	traceOut     io.Writer = os.Stderr // under traceMu
 )
+
+// TraceTo sends the trace to w instead of stderr: for a program whose
+// stderr must carry nothing else (containerd reads all that `shim start`
+// prints as the shim's address).
+func TraceTo(w io.Writer) {
+	traceMu.Lock()
+	defer traceMu.Unlock()
+	traceOut = w
+}
 
 // trace prints one start-up phase when tracing is on.
 func trace(phase string) {
@@ -43,7 +54,7 @@ func trace(phase string) {
 	now := time.Now()
 	traceMu.Lock()
 	defer traceMu.Unlock()
-	fmt.Fprintf(os.Stderr, "startup: %8.2f ms %s %s\n", float64(now.Sub(programStart).Microseconds())/1000, now.Format("15:04:05.000"), phase)
+	fmt.Fprintf(traceOut, "startup: %8.2f ms %s %s\n", float64(now.Sub(programStart).Microseconds())/1000, now.Format("15:04:05.000"), phase)
 }
 
 // TracePhase is trace for the VMM's callers (a machine's fork and

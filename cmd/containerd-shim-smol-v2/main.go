@@ -40,5 +40,6 @@ func main() {
 		}
 		return
 	}
+	shim.InheritBoot()
 	cshim.Run("io.containerd.smol.v2", shim.New)
 }
