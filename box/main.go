@@ -35,24 +35,36 @@ func Main(m *testing.M, runsHere func() bool) int {
 		Stalled: func(began, now time.Time) string { return results.silence(began, now, testSilence) },
 	}
 	code, err := Run(context.Background(), "exec "+commandLine(os.Args[0], args), opts)
-	for run := 2; run <= boxRuns && boxFailed(err); run++ {
+	for run := 2; run <= boxRuns; run++ {
 		// Known issues: the box's emulated SVM sometimes takes its own
 		// kernel down, and a box sometimes hangs (its watchdog ends
 		// it). Neither says anything about the tests that were running:
-		// run them again, and what has not run yet, in a fresh box.
+		// run them again, and what has not run yet, in a fresh box. A
+		// test whose guest died of the box's known guest failures is
+		// run once more too (guestdeath.go).
+		var why string
+		if boxFailed(err) {
+			why = fmt.Sprintf("box: KNOWN ISSUE: %v\n", err)
+			if failed := results.failures(); len(failed) > 0 {
+				why += fmt.Sprintf("box: failed in that box, so run again: %s\n", strings.Join(failed, " "))
+			}
+		} else if died := guestDeaths(results, code, err); died != nil {
+			for _, name := range sortedKeys(died) {
+				why += fmt.Sprintf("box: KNOWN ISSUE: %s failed as its guest died of the box's known guest failure (%.300s); it runs once more\n", name, died[name])
+			}
+		} else {
+			break
+		}
 		left := time.Duration(0)
 		if timeout > 0 {
 			if left = timeout - time.Since(began); left < minRerunTime {
-				fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\nbox: only %v of the tests' %v timeout left: no box run %d\n", err, left.Round(time.Second), timeout, run)
+				fmt.Fprintf(os.Stderr, "%sbox: only %v of the tests' %v timeout left: no box run %d\n", why, left.Round(time.Second), timeout, run)
 				break
 			}
 		}
 		done := results.done()
 		again, skipsDone := rerunArgs(args, done, left)
-		fmt.Fprintf(os.Stderr, "box: KNOWN ISSUE: %v\n", err)
-		if failed := results.failures(); len(failed) > 0 {
-			fmt.Fprintf(os.Stderr, "box: failed in that box, so run again: %s\n", strings.Join(failed, " "))
-		}
+		fmt.Fprint(os.Stderr, why)
 		if skipsDone {
 			fmt.Fprintf(os.Stderr, "box: running the tests that have not passed in a fresh box (box run %d of %d; %d passed before)\n", run, boxRuns, len(done))
 		} else {
@@ -66,6 +78,16 @@ func Main(m *testing.M, runsHere func() bool) int {
 		return 1
 	}
 	return code
+}
+
+// guestDeaths returns the tests to run again because their guest died of
+// the box's known guest failures (guestDeathReruns), for a box run that
+// ended normally with failed tests; nil otherwise.
+func guestDeaths(results *testResults, code int, err error) map[string]string {
+	if err != nil || code == 0 {
+		return nil
+	}
+	return results.guestDeathReruns()
 }
 
 // commandLine quotes a program and its arguments for the box's shell.

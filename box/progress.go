@@ -35,11 +35,14 @@ const testSilence = 10 * time.Minute
 // console interleaved.
 var testOutput = regexp.MustCompile(`=== (RUN|CONT|PAUSE|NAME) |--- (PASS|FAIL|SKIP): |_test\.go:\d+: `)
 
-// restart starts the silence watch afresh, for a new box.
+// restart starts the silence watch and the guest deaths afresh, for a
+// new box.
 func (r *testResults) restart() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastOutput, r.lastLine = r.now(), ""
+	r.running, r.inKnownIssue = "", false
+	clear(r.deaths)
 }
 
 // silence says why the tests count as stalled at now, if they have

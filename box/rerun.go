@@ -25,6 +25,15 @@ type testResults struct {
 	passed  map[string]bool // PASS or SKIP
 	failed  map[string]bool
 
+	// Guest deaths (guestdeath.go): the test running now, whether the
+	// log entry being printed says KNOWN ISSUE, each test's first line
+	// telling of its guest's death in this box, and the tests already run
+	// again for one.
+	running       string
+	inKnownIssue  bool
+	deaths        map[string]string
+	rerunForDeath map[string]bool
+
 	// The tests' progress, for the silence watch (progress.go): when a
 	// line of the tests' own output was last seen, and that line.
 	lastOutput time.Time
@@ -37,7 +46,8 @@ type testResults struct {
 var testEnded = regexp.MustCompile(`--- (PASS|SKIP|FAIL): (Test[^\s/]*) \(`)
 
 func newTestResults() *testResults {
-	return &testResults{passed: map[string]bool{}, failed: map[string]bool{}, lastOutput: time.Now(), now: time.Now}
+	return &testResults{passed: map[string]bool{}, failed: map[string]bool{}, deaths: map[string]string{}, rerunForDeath: map[string]bool{},
+		lastOutput: time.Now(), now: time.Now}
 }
 
 func (r *testResults) Write(p []byte) (int, error) {
@@ -53,6 +63,7 @@ func (r *testResults) Write(p []byte) (int, error) {
 		if testOutput.Match(r.partial) {
 			r.lastOutput, r.lastLine = r.now(), strings.TrimSpace(string(r.partial))
 		}
+		r.noteGuestDeath(string(r.partial))
 		if m := testEnded.FindSubmatch(r.partial); m != nil {
 			name := string(m[2])
 			if string(m[1]) == "FAIL" {
@@ -81,7 +92,7 @@ func (r *testResults) failures() []string {
 	return sortedKeys(r.failed)
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

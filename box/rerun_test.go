@@ -98,3 +98,57 @@ func TestSilenceCountsOnlyTheTestsOwnLines(t *testing.T) {
 		t.Errorf("11 min into a new box: %q", s)
 	}
 }
+
+// TestGuestDeathsAreTheTestsOwn: a failed test whose own error tells of
+// the box's known guest failures is run once more, and only once; a
+// death the test logged as a KNOWN ISSUE (it booted another guest), a
+// death in another test, or another failure beside it are not reasons.
+func TestGuestDeathsAreTheTestsOwn(t *testing.T) {
+	read := func(out string) *testResults {
+		r := newTestResults()
+		for _, chunk := range strings.SplitAfter(out, "e") { // lines split across writes
+			r.Write([]byte(chunk))
+		}
+		return r
+	}
+	tripleFault := "smol: guest crashed: vCPU 0: guest triple-faulted (shutdown exit): rip=0xfff0 rsp=0x0 rflags=0x2"
+	died := "=== RUN   TestBoot\n" +
+		"    boot_test.go:12: exit 1, stderr:\n" +
+		"        " + tripleFault + "\n" +
+		"--- FAIL: TestBoot (3.10s)\n"
+	r := read(died)
+	again := r.guestDeathReruns()
+	if len(again) != 1 || !strings.Contains(again["TestBoot"], "rip=0xfff0") {
+		t.Fatalf("a test failed by its guest's triple fault: %q, want it run again", again)
+	}
+	if again := r.guestDeathReruns(); again != nil {
+		t.Errorf("the same test is run again a second time: %q", again)
+	}
+	// In a later box the test dies the same way again: no third run.
+	r.restart()
+	for _, chunk := range strings.SplitAfter(died, "\n") {
+		r.Write([]byte(chunk))
+	}
+	if again := r.guestDeathReruns(); again != nil {
+		t.Errorf("a test that died in its second run is run a third time: %q", again)
+	}
+
+	hang := "=== RUN   TestMachine\n    machine_test.go:40: smol: the guest agent did not start within 2m0s\n--- FAIL: TestMachine (130.00s)\n"
+	if again := read(hang).guestDeathReruns(); len(again) != 1 {
+		t.Errorf("a guest that never reached its agent: %q, want its test run again", again)
+	}
+
+	for name, out := range map[string]string{
+		"handled as a known issue, then failed otherwise": "=== RUN   TestFork\n" +
+			"    fork_test.go:68: KNOWN ISSUE: the guest died (\n        " + tripleFault + "\n        ); attempt 2 of 3\n" +
+			"    fork_test.go:90: the child's checksum differs\n--- FAIL: TestFork (9.00s)\n",
+		"another test failed beside it": died + "=== RUN   TestVolume\n    volume_test.go:3: wrong bytes\n--- FAIL: TestVolume (1.00s)\n",
+		"the death was another test's": "=== RUN   TestA\n    a_test.go:1: " + tripleFault + "\n--- PASS: TestA (1.00s)\n" +
+			"=== RUN   TestB\n    b_test.go:2: wrong\n--- FAIL: TestB (1.00s)\n",
+		"no failure": "=== RUN   TestA\n    a_test.go:1: " + tripleFault + "\n--- PASS: TestA (1.00s)\n",
+	} {
+		if again := read(out).guestDeathReruns(); again != nil {
+			t.Errorf("%s: %q run again", name, again)
+		}
+	}
+}

@@ -181,8 +181,9 @@ func TestKernelBugEndsTheBox(t *testing.T) {
 
 // TestMainRunsWhatHasNotPassed runs a test binary under Main (testdata/
 // rerun) whose second test makes the box's kernel report its known crash:
-// Main ends that box and runs, in a fresh one, only the test that had not
-// passed.
+// Main ends that box and runs, in a fresh one, only the tests that had not
+// passed; of those, the one that failed as its guest died runs once more,
+// in a third box.
 func TestMainRunsWhatHasNotPassed(t *testing.T) {
 	needBox(t)
 	bin := filepath.Join(t.TempDir(), "rerun.test")
@@ -200,10 +201,11 @@ func TestMainRunsWhatHasNotPassed(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(counts, name))
 		return strings.Count(string(b), "run\n")
 	}
-	if runs("first") != 1 || runs("crash") != 2 {
-		t.Errorf("TestFirst ran %d times, TestCrash %d; want 1 and 2\n%s", runs("first"), runs("crash"), out)
+	if runs("first") != 1 || runs("crash") != 2 || runs("guestdies") != 2 {
+		t.Errorf("TestFirst ran %d times, TestCrash %d, TestGuestDies %d; want 1, 2 and 2\n%s", runs("first"), runs("crash"), runs("guestdies"), out)
 	}
-	for _, want := range []string{"box: KNOWN ISSUE: the box's own kernel reported a BUG", "box run 2 of 8; 1 passed before", "--- PASS: TestCrash"} {
+	for _, want := range []string{"box: KNOWN ISSUE: the box's own kernel reported a BUG", "box run 2 of 8; 1 passed before", "--- PASS: TestCrash",
+		"box: KNOWN ISSUE: TestGuestDies failed as its guest died of the box's known guest failure", "box run 3 of 8; 2 passed before", "--- PASS: TestGuestDies"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -94,7 +94,7 @@ func TestPoweroffAndRebootExitZero(t *testing.T) {
 	for _, c := range []struct{ command, reason string }{{"poweroff -f", "poweroff"}, {"reboot -f", "reboot"}} {
 		t.Run(c.reason, func(t *testing.T) {
 			initrd := guestInitramfs(t, "echo before-"+c.reason+"\n"+c.command+"\n")
-			code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "2", "--mem", "256M")
+			code, stdout, stderr := smolRun(t, t.TempDir(), nil, "run", "--initrd", initrd, "--cpus", "2", "--mem", "256M")
 			if code != 0 {
 				t.Fatalf("smol exited %d after %s; stderr: %s\nconsole:\n%s", code, c.command, stderr, stdout)
 			}
@@ -108,7 +108,7 @@ func TestPoweroffAndRebootExitZero(t *testing.T) {
 func TestBootTimeReportsBothMilestones(t *testing.T) {
 	artifact(t, "build/vmlinux", "kernel")
 	initrd := guestInitramfs(t, "poweroff -f\n")
-	code, stdout, stderr := smolCLI(t, "run", "--initrd", initrd, "--cpus", "1", "--mem", "256M", "--boot-time")
+	code, stdout, stderr := smolRun(t, t.TempDir(), nil, "run", "--initrd", initrd, "--cpus", "1", "--mem", "256M", "--boot-time")
 	if code != 0 {
 		t.Fatalf("exit %d; stderr: %s\nconsole:\n%s", code, stderr, stdout)
 	}
@@ -179,7 +179,7 @@ func TestGuestThatStopsMidCommandEndsTheRun(t *testing.T) {
 // and Linux takes it for its timer, as on QEMU, Firecracker and
 // cloud-hypervisor, instead of calibrating and arming the one-shot timer.
 func TestGuestTimerIsTSCDeadline(t *testing.T) {
-	code, stdout, stderr := smolCLI(t, "run", "--cpus", "1", "--mem", "256M", "--", "sh", "-c",
+	code, stdout, stderr := smolRun(t, t.TempDir(), nil, "run", "--cpus", "1", "--mem", "256M", "--", "sh", "-c",
 		"grep -m1 -o -w tsc_deadline_timer /proc/cpuinfo; cat /sys/devices/system/clockevents/clockevent0/current_device")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)

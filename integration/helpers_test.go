@@ -132,7 +132,9 @@ func bootOnce(t *testing.T, cfg smol.Config) (smol.Exit, string, error, bool) {
 
 // smolCLI runs bin/smol with args and returns its exit code and output; a
 // run that hangs is tried once more (see boot). (A triple fault is not:
-// a guest running garbage triple-faults in the reset state on purpose.)
+// a guest running garbage triple-faults in the reset state on purpose.
+// A test whose guest should run to its end uses smolRun, which also runs
+// again a guest that died of the box's known failures.)
 func smolCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	code, stdout, stderr, hung := smolCLIOnce(t, args...)

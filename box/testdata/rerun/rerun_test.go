@@ -1,7 +1,9 @@
 // Package rerun is a test binary for box's TestMainRunsWhatHasNotPassed:
 // under box.Main, TestFirst passes, TestCrash makes the box's kernel print
-// its known BUG line the first time it runs and passes the second, and
-// each test counts its runs in $RERUN_DIR.
+// its known BUG line the first time it runs and passes the second,
+// TestGuestDies fails the first time as if its guest had died of the
+// box's known triple fault and passes the second, and each test counts
+// its runs in $RERUN_DIR.
 package rerun
 
 import (
@@ -42,4 +44,11 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Minute)
+}
+
+func TestGuestDies(t *testing.T) {
+	if count(t, "guestdies") > 1 {
+		return
+	}
+	t.Fatal("smol: guest crashed: vCPU 0: guest triple-faulted (shutdown exit): rip=0xfff0 rsp=0x0 rflags=0x2 (a test)")
 }
