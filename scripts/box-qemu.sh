@@ -12,9 +12,9 @@
 # point at that emulation (README, known issue): the box kernel's "TASK
 # stack guard page" BUG, guests' page-fault loops at the return to the
 # kernel, guests' triple faults. 10.0.2 was tried on 2026-12-07
-# (BENCHMARKS.md, "The box on QEMU 10"): no GS-base crash in its few runs,
-# but guests dying and a box deadlocked on a spinlock; too few runs to
-# make it the default.
+# (BENCHMARKS.md, "The box on QEMU 10" and "Where the box kernel's stack
+# guard page BUG starts"): it has the same GS-base crash, guests dying and
+# a box deadlocked on a spinlock, so it is not the default.
 #
 # The packages are only unpacked (dpkg-deb -x), never installed. The
 # libraries they link are the ones qemu-system-x86 7.2 pulls in
