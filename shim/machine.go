@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/smolvm/smol"
@@ -119,28 +118,22 @@ func InheritBoot() {
 	os.Unsetenv(bootHandOffEnv)
 	var files []*os.File
 	for fd := 4; fd <= 6; fd++ {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-			logf("boot handoff: descriptor %d: %v", fd, err)
-			for _, f := range files {
-				f.Close()
-			}
-			return
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), "boot-handoff-"+strconv.Itoa(fd)))
 		}
-		unix.CloseOnExec(fd)
-		files = append(files, os.NewFile(uintptr(fd), "boot-handoff-"+strconv.Itoa(fd)))
 	}
-	fields := strings.Fields(v)
-	var pid int
-	var console int64
-	var err error
-	if len(fields) != 3 {
-		err = fmt.Errorf("%q", v)
-	} else if pid, err = strconv.Atoi(fields[1]); err == nil {
-		console, err = strconv.ParseInt(fields[2], 10, 64)
-	}
-	var h *smol.BootHandOff
-	if err == nil {
-		h, err = smol.AdoptFiles(pid, console, files)
+	var (
+		name    string
+		pid     int
+		console int64
+		h       *smol.BootHandOff
+		err     error
+	)
+	if n, _ := fmt.Sscanf(v, "%s %d %d", &name, &pid, &console); n != 3 {
+		err = fmt.Errorf("%s=%q", bootHandOffEnv, v)
+	} else {
+		h, err = smol.AdoptFiles(pid, console, files) // refuses a missing descriptor
 	}
 	if err != nil {
 		logf("boot handoff: %v", err)
@@ -149,7 +142,7 @@ func InheritBoot() {
 		}
 		return
 	}
-	inherited.name, inherited.h = fields[0], h
+	inherited.name, inherited.h = name, h
 }
 
 // adoptInheritedBoot takes over the wait for the boot `shim start` handed

@@ -97,7 +97,7 @@ func (s *service) StartShim(ctx context.Context, opts cshim.StartOpts) (_ string
 func (s *service) Cleanup(ctx context.Context) (*taskapi.DeleteResponse, error) {
 	ns, _ := namespaces.Namespace(ctx)
 	base := stateRoot()
-	os.Setenv("SMOL_HOME", filepath.Join(base, "home"))
+	useMachineHome()
 	spec, _ := readSpec(".")
 	group := groupOf(s.id, spec)
 	root := filepath.Join(base, ns, group, "roots", s.id)
