@@ -57,6 +57,9 @@ func (m *NamedMachine) mustRun(what string) error {
 	if m.spec.GPU != nil {
 		return fmt.Errorf("machine %s has a display (--gpu): it cannot %s (the display's state is not saved yet)", m.spec.Name, what)
 	}
+	if m.spec.InMemory {
+		return fmt.Errorf("machine %s runs in memory (--in-memory): it cannot %s (a snapshot's machine needs its root and writable layer)", m.spec.Name, what)
+	}
 	st, err := m.store.Status(m.spec.Name)
 	if err != nil {
 		return err

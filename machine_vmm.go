@@ -76,21 +76,9 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	if err := st.SetState(name, machine.Starting, pid, started, ""); err != nil {
 		return err
 	}
-	if spec.Image == nil {
-		return errors.New("the machine has no image")
-	}
-	if _, err := os.Stat(spec.Image.Disk); err != nil {
-		if spec.Pack != "" {
-			return fmt.Errorf("the files it shares with its pack (%s) are gone: create the machine again from the pack", filepath.Dir(spec.Image.Disk))
-		}
-		if spec.Image.Ref == BuiltinRoot {
-			return fmt.Errorf("its root, smol's busybox image %s, is no longer cached, and this smol's may differ: create the machine again", spec.Image.Digest)
-		}
-		return fmt.Errorf("its image %s (%s) is no longer cached: pull it again (smol pull %s)", spec.Image.Ref, spec.Image.Digest, spec.Image.Ref)
-	}
-	storage := st.StoragePath(name)
-	if err := ensureStorage(storage, spec.Storage); err != nil {
-		return fmt.Errorf("storage disk: %w", err)
+	disks, cmdline, err := rootDisks(st, spec)
+	if err != nil {
+		return err
 	}
 	console, err := machine.OpenLog(st.Path(name, machine.ConsoleLog))
 	if err != nil {
@@ -114,11 +102,8 @@ func ServeMachine(name string, src VMMSource) (err error) {
 	cfg := Config{
 		Kernel: spec.Kernel, Initrd: spec.Agent,
 		CPUs: spec.CPUs, Memory: spec.Memory, Console: console, IRQChip: spec.IRQChip,
-		Disks: []Disk{
-			{Path: spec.Image.Disk, ReadOnly: true, Serial: "smol-root"},
-			{Path: storage, Serial: "smol-storage"},
-		},
-		Cmdline: "smol.root=/dev/vda smol.upper=/dev/vdb",
+		Disks:   disks,
+		Cmdline: cmdline,
 		Vsock:   &Vsock{Path: vsockPath},
 	}
 	for _, d := range spec.Disks {
@@ -239,9 +224,7 @@ func (b *machineBackend) Info() machine.Info {
 	}
 	info := machine.Info{Name: b.spec.Name, State: state, PID: os.Getpid(), CPUs: b.spec.CPUs, Memory: b.spec.Memory,
 		Started: b.started, HostMemory: selfRSS()}
-	if b.spec.Image != nil {
-		info.Image = b.spec.Image.Ref
-	}
+	info.Image = rootName(b.spec)
 	return info
 }
 
@@ -358,6 +341,37 @@ func (b *machineBackend) Shutdown(timeout time.Duration) error {
 		<-b.m.Done()
 	}
 	return nil
+}
+
+// rootDisks returns the disks that hold a machine's root (its image,
+// read-only, then its writable layer, made at the first start) and the
+// kernel command line that tells the agent so. A machine in memory has
+// none: the agent stays in its initramfs.
+func rootDisks(st *machine.Store, spec *machine.Spec) ([]Disk, string, error) {
+	if spec.InMemory {
+		return nil, "", nil
+	}
+	if spec.Image == nil {
+		return nil, "", errors.New("the machine has no image")
+	}
+	if _, err := os.Stat(spec.Image.Disk); err != nil {
+		if spec.Pack != "" {
+			return nil, "", fmt.Errorf("the files it shares with its pack (%s) are gone: create the machine again from the pack", filepath.Dir(spec.Image.Disk))
+		}
+		if spec.Image.Ref == BuiltinRoot {
+			return nil, "", fmt.Errorf("its root, smol's busybox image %s, is no longer cached, and this smol's may differ: create the machine again", spec.Image.Digest)
+		}
+		return nil, "", fmt.Errorf("its image %s (%s) is no longer cached: pull it again (smol pull %s)", spec.Image.Ref, spec.Image.Digest, spec.Image.Ref)
+	}
+	storage := st.StoragePath(spec.Name)
+	if err := ensureStorage(storage, spec.Storage); err != nil {
+		return nil, "", fmt.Errorf("storage disk: %w", err)
+	}
+	disks := []Disk{
+		{Path: spec.Image.Disk, ReadOnly: true, Serial: "smol-root"},
+		{Path: storage, Serial: "smol-storage"},
+	}
+	return disks, "smol.root=/dev/vda smol.upper=/dev/vdb", nil
 }
 
 // ensureStorage creates the machine's writable layer the first time: an

@@ -330,6 +330,9 @@ func packImage(ctx context.Context, c PackConfig) (*imagefs.Image, error) {
 // cold must not be running (its disk would change under the pack).
 func (m *NamedMachine) packInto(ctx context.Context, in *packInput, live bool) error {
 	name := m.spec.Name
+	if m.spec.InMemory {
+		return fmt.Errorf("machine %s runs in memory (--in-memory): a pack carries a machine's root and writable layer, which it has not", name)
+	}
 	// No start while the disk is read: it would change under the pack.
 	sl, err := m.lockStart()
 	if err != nil {

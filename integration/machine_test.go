@@ -909,6 +909,44 @@ func TestMachineWithoutImage(t *testing.T) {
 	mustMachine(t, home, "stop", "bb")
 }
 
+// A machine created --in-memory boots into its initramfs, with no disks:
+// its files start afresh at every start, and what needs a root disk is
+// refused with one line.
+func TestMachineInMemory(t *testing.T) {
+	home := t.TempDir()
+	for _, bad := range [][]string{{"--image", "x"}, {"--storage", "1G"}} {
+		args := append([]string{"create", "bad", "--in-memory"}, bad...)
+		if code, _, stderr := machineCLI(t, home, args...); code == 0 || !strings.Contains(stderr, "exclude each other") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("smol machine %q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	mustMachine(t, home, "create", "mem", "--in-memory", "--cpus", "1", "--mem", "256M")
+	t.Cleanup(func() { machineCLI(t, home, "rm", "-f", "mem") })
+	if s := machineStatus(t, home, "mem"); s.Image != smol.InMemoryRoot {
+		t.Errorf("image %q, want %q", s.Image, smol.InMemoryRoot)
+	}
+	startMachine(t, home, "mem")
+	// No disk at all, and "/" is the initramfs (rootfs), not an overlay.
+	out := mustMachine(t, home, "exec", "mem", "--", "sh", "-c", "ls /sys/block | grep -c ^vd; awk '$2 == \"/\" {print $3}' /proc/mounts; echo gone > /root/x")
+	if out != "0\nrootfs\n" {
+		t.Errorf("disks and root filesystem: %q, want no vd* disk and rootfs", out)
+	}
+	if _, err := os.Stat(filepath.Join(home, "machines", "mem", "storage.ext4")); !os.IsNotExist(err) {
+		t.Errorf("a writable layer was made: %v", err)
+	}
+	for _, args := range [][]string{{"snapshot", "mem", "-o", filepath.Join(t.TempDir(), "s")}, {"fork", "mem"}} {
+		if code, _, stderr := machineCLI(t, home, args...); code == 0 || !strings.Contains(stderr, "runs in memory") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("smol machine %q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	mustMachine(t, home, "stop", "mem")
+	startMachine(t, home, "mem")
+	if out := mustMachine(t, home, "exec", "mem", "--", "sh", "-c", "cat /root/x 2>/dev/null || echo absent"); out != "absent\n" {
+		t.Errorf("after a restart /root/x: %q, want it gone", out)
+	}
+	mustMachine(t, home, "stop", "mem")
+}
+
 // guestPCATCompat is the PCAT_COMPAT flag of the MADT the guest booted
 // with (byte 40, bit 0: "the machine also has dual 8259 PICs"): 1 with
 // the in-kernel irqchip, 0 with the split one, whose platform has none.

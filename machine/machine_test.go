@@ -380,3 +380,24 @@ func TestValidateHostname(t *testing.T) {
 		t.Error("a spec with host name bad_name passes its check")
 	}
 }
+
+// A machine in memory has no writable layer nor image; any other machine
+// has a writable layer in range. A record saying otherwise is corrupt.
+func TestSpecInMemory(t *testing.T) {
+	s := &Spec{Version: SpecVersion, Name: "m", CPUs: 1, Memory: 256 << 20, InMemory: true}
+	if err := s.check(); err != nil {
+		t.Fatalf("a machine in memory is refused: %v", err)
+	}
+	s.Storage = 1 << 30
+	if s.check() == nil {
+		t.Error("a machine in memory with a writable layer passes its check")
+	}
+	s.Storage, s.Image = 0, &Image{Ref: "busybox", Digest: "sha256:0", Disk: "/x"}
+	if s.check() == nil {
+		t.Error("a machine in memory with an image passes its check")
+	}
+	s.Image, s.InMemory = nil, false
+	if s.check() == nil {
+		t.Error("a machine on disks without a writable layer passes its check")
+	}
+}

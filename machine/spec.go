@@ -30,6 +30,11 @@ type Spec struct {
 	IRQChip string `json:"irqchip,omitempty"`
 
 	Image *Image `json:"image,omitempty"` // nil: smol's busybox root
+	// InMemory: the machine boots into its initramfs's busybox root, in
+	// guest memory, with no root disk and no writable layer (Image nil,
+	// Storage 0): nothing of its own files outlives a stop.
+	InMemory bool `json:"inMemory,omitempty"`
+
 	Disks []Disk `json:"disks,omitempty"` // extra disks after the root and storage
 	// Volumes are host directories mounted in the guest (-v).
 	Volumes []Volume `json:"volumes,omitempty"`
@@ -162,7 +167,9 @@ func (s *Spec) check() error {
 		return fmt.Errorf("cpus %d out of range 1-%d", s.CPUs, maxCPUs)
 	case s.Memory < 64<<20 || s.Memory > maxMemory:
 		return fmt.Errorf("memory %d out of range", s.Memory)
-	case s.Storage < 64<<20 || s.Storage > maxStorage:
+	case s.InMemory && (s.Storage != 0 || s.Image != nil):
+		return errors.New("a machine in memory with an image or a writable layer")
+	case !s.InMemory && (s.Storage < 64<<20 || s.Storage > maxStorage):
 		return fmt.Errorf("storage %d out of range (64 MiB to 16 TiB)", s.Storage)
 	}
 	if s.Hostname != "" {
