@@ -31,6 +31,11 @@ type Command struct {
 	Root string
 	// ReadOnlyRoot makes Root read-only for the command.
 	ReadOnlyRoot bool
+	// Path, with Root, is the program Args[0] names, found already in
+	// Root and the command's PATH (package rootlookup, on a host that
+	// can read the root): an absolute path in Root. The guest then only
+	// checks it; "" has the guest search PATH itself.
+	Path string
 	// WritablePaths, with ReadOnlyRoot, are the paths under Root (as the
 	// command sees them) that stay writable: the container's volumes.
 	WritablePaths []string
@@ -217,7 +222,7 @@ func startRequest(image *imagefs.Image, cmd Command) (agent.Start, error) {
 		Env:  append(append([]string(nil), ic.Env...), cmd.Env...),
 		Dir:  first(cmd.Dir, ic.WorkingDir),
 		User: first(cmd.User, ic.User),
-		Root: cmd.Root, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
+		Root: cmd.Root, Path: cmd.Path, ReadOnlyRoot: cmd.ReadOnlyRoot, WritablePaths: cmd.WritablePaths, DevMounts: cmd.DevMounts,
 		MaskedPaths: cmd.MaskedPaths, ReadOnlyPaths: cmd.ReadOnlyPaths,
 		PIDNamespace: cmd.PIDNamespace, NewPIDNamespace: cmd.NewPIDNamespace, Cgroup: cmd.Cgroup, Limits: cmd.Limits, Groups: cmd.Groups, Capabilities: cmd.Capabilities, NoNewPrivileges: cmd.NoNewPrivileges,
 		TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols,

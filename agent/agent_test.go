@@ -267,6 +267,8 @@ func TestStartValidation(t *testing.T) {
 		{"plain", Start{Args: []string{"true"}}, true},
 		{"read-only root", Start{Args: []string{"true"}, Root: "/r", ReadOnlyRoot: true, Groups: []uint32{1, 2}}, true},
 		{"read-only without a root", Start{Args: []string{"true"}, ReadOnlyRoot: true}, false},
+		{"a relative program path", Start{Args: []string{"sh"}, Root: "/r", Path: "bin/sh"}, false},
+		{"an absolute program path", Start{Args: []string{"sh"}, Root: "/r", Path: "/bin/sh"}, true},
 		{"read-only with volumes", Start{Args: []string{"true"}, Root: "/r", ReadOnlyRoot: true, WritablePaths: []string{"/data", "/etc/hosts"}}, true},
 		{"writable paths in a writable root", Start{Args: []string{"true"}, Root: "/r", WritablePaths: []string{"/data"}}, false},
 		{"a /dev mount", Start{Args: []string{"true"}, Root: "/r", DevMounts: []string{"/dev/termination-log"}}, true},

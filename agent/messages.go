@@ -11,7 +11,12 @@ import (
 
 // Start asks the agent to run a command.
 type Start struct {
-	Args []string `json:"args"`          // the command; Args[0] is looked up in the command's PATH
+	Args []string `json:"args"` // the command; Args[0] is looked up in the command's PATH
+	// Path, if set, is the program Args[0] names, already found by the
+	// host in the command's root and PATH (an absolute path there): the
+	// agent only checks that it is still an executable file. The shim
+	// finds a container's program on the host while the VM boots.
+	Path string   `json:"path,omitempty"`
 	Env  []string `json:"env,omitempty"` // KEY=VALUE, the whole environment (the agent adds defaults for PATH, HOME, TERM)
 	Dir  string   `json:"dir,omitempty"` // working directory; default "/"
 	User string   `json:"user,omitempty"`
@@ -282,6 +287,8 @@ func (s *Start) Validate() error {
 		return errors.New("empty command name")
 	case s.Root != "" && s.Root[0] != '/':
 		return errors.New("the command's root must be an absolute path")
+	case s.Path != "" && s.Path[0] != '/':
+		return errors.New("the command's program path must be absolute")
 	case s.ReadOnlyRoot && s.Root == "":
 		return errors.New("a read-only root needs a root")
 	case len(s.WritablePaths) > 0 && !s.ReadOnlyRoot:

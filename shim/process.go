@@ -52,6 +52,7 @@ type process struct {
 // guestRoot is a container's root as the guest runs its processes in it.
 type guestRoot struct {
 	path     string   // in the guest
+	host     string   // on the host, where the guest's share shows it
 	readOnly bool     // the spec's root.readonly
 	writable []string // its mount points that stay writable when it is read-only
 	dev      []string // its mount points below /dev, for its own /dev
@@ -125,6 +126,7 @@ func (p *process) command() smol.Command {
 	if s.ConsoleSize != nil {
 		c.Rows, c.Cols = uint16(s.ConsoleSize.Height), uint16(s.ConsoleSize.Width)
 	}
+	p.root.lookUp(&c)
 	return c
 }
 

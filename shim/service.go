@@ -146,7 +146,7 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", r.ID, err)
 	}
-	root := guestRoot{path: filepath.Join(guestRoots, r.ID), readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
+	root := guestRoot{path: filepath.Join(guestRoots, r.ID), host: c.rootfs, readOnly: spec.Root != nil && spec.Root.Readonly, writable: made.writable, dev: made.dev}
 	root.pidNamespace, root.ownPIDNamespace = pidNamespace(spec, r.ID, s.sandboxPIDNamespace(spec))
 	root.limits = limits
 	if spec.Linux != nil {

@@ -1,6 +1,9 @@
 package main
 
-import "golang.org/x/sys/unix"
+import (
+	"github.com/smolvm/smol/internal/rootlookup"
+	"golang.org/x/sys/unix"
+)
 
 // A container's program lives on its root's 9P share, which the guest
 // mounts with cache=mmap: nothing of a file stays cached once nobody
@@ -30,7 +33,7 @@ const prefetchChunk = 448 << 10
 // stays cached whatever this does). A program it cannot open is left to
 // the execve, which says why.
 func prefetch(rootFD int, path string) (release func()) {
-	f := rootFile(rootFD, path)
+	f := rootlookup.File(rootFD, path)
 	if f == nil {
 		return func() {}
 	}

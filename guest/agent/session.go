@@ -13,6 +13,7 @@ import (
 
 	"github.com/smolvm/smol/agent"
 	"github.com/smolvm/smol/guest/pid1"
+	"github.com/smolvm/smol/internal/rootlookup"
 	"golang.org/x/sys/unix"
 )
 
@@ -304,6 +305,19 @@ func (p *process) execed() bool {
 	return p.launch.execed()
 }
 
+// commandUser is who start runs as. A numeric UID:GID with its groups
+// given and HOME in its environment (an OCI process's user: containerd
+// resolved it on the host, and the shim HOME) needs nothing from the
+// root's account files, so none is read: on a container's 9P root each
+// read costs the guest round trips at every start.
+func commandUser(start agent.Start, rootFD int) (rootlookup.User, error) {
+	uid, gid, numeric := rootlookup.NumericIDs(start.User)
+	if home := rootlookup.EnvValue(start.Env, "HOME"); numeric && start.Groups != nil && home != "" {
+		return rootlookup.User{UID: uid, GID: gid, Groups: start.Groups, Home: home}, nil
+	}
+	return rootlookup.LookupUser(start.User, start.Groups, rootFD)
+}
+
 // startError is a command that cannot start, with the shell's status for it.
 type startError struct {
 	code int
@@ -328,7 +342,7 @@ func prepare(start agent.Start) (*process, error) {
 		return nil, &startError{126, fmt.Sprintf("root %s: %v", rootDir, err)}
 	}
 	defer unix.Close(rootFD)
-	u, err := lookupUser(start.User, start.Groups, rootFD)
+	u, err := commandUser(start, rootFD)
 	if err != nil {
 		return nil, &startError{126, err.Error()}
 	}
@@ -337,12 +351,16 @@ func prepare(start agent.Start) (*process, error) {
 	if dir == "" {
 		dir = "/"
 	}
-	if !isDirIn(rootFD, dir) {
+	if !rootlookup.IsDir(rootFD, dir) {
 		return nil, &startError{126, fmt.Sprintf("working directory %s does not exist", dir)}
 	}
-	path, err := lookPath(start.Args[0], envValue(env, "PATH"), dir, rootFD)
-	if err != nil {
-		return nil, &startError{127, err.Error()}
+	path := start.Path
+	if path == "" || rootlookup.Executable(rootFD, path) != nil {
+		// Not found by the host, or no longer there: searched here, so
+		// that a failure reads as it always does.
+		if path, err = rootlookup.LookPath(start.Args[0], rootlookup.EnvValue(env, "PATH"), dir, rootFD); err != nil {
+			return nil, &startError{127, err.Error()}
+		}
 	}
 	proc := &process{prefetch: func() {}}
 	if root != "" {
@@ -358,7 +376,7 @@ func prepare(start agent.Start) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
 		Chroot:     root,
-		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
+		Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups},
 	}
 	mountProc := start.PIDNamespace != "" && procNeeded(root, start.PIDNamespace)
 	if start.Capabilities != nil || start.NoNewPrivileges || mountProc {

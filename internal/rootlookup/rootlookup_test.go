@@ -1,4 +1,4 @@
-package main
+package rootlookup
 
 import (
 	"os"
@@ -65,14 +65,14 @@ func TestLookPathInRoot(t *testing.T) {
 		{"climb", "/usr/bin/climb"}, // ../ stops at the root: the root's java
 		{"/usr/bin/java", "/usr/bin/java"},
 	} {
-		got, err := lookPath(c.file, path, "/", rootFD)
+		got, err := LookPath(c.file, path, "/", rootFD)
 		if err != nil || got != c.want {
-			t.Errorf("lookPath(%q) = %q, %v; want %q", c.file, got, err, c.want)
+			t.Errorf("LookPath(%q) = %q, %v; want %q", c.file, got, err, c.want)
 		}
 	}
 	for _, file := range []string{"plain", "dir", "missing", "/usr/bin/plain"} {
-		if got, err := lookPath(file, path, "/", rootFD); err == nil {
-			t.Errorf("lookPath(%q) = %q, want an error", file, got)
+		if got, err := LookPath(file, path, "/", rootFD); err == nil {
+			t.Errorf("LookPath(%q) = %q, want an error", file, got)
 		}
 	}
 	if _, err := os.Stat("/usr/lib/jvm/smol-test-jdk/bin/java"); err == nil {
@@ -89,25 +89,25 @@ func TestLookupUserInRoot(t *testing.T) {
 		"etc/passwd":      "->/etc/passwd.real",
 		"etc/group":       "app:x:1000:\nwheel:x:10:app\n",
 	})
-	u, err := lookupUser("app", nil, rootFD)
+	u, err := LookupUser("app", nil, rootFD)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.uid != 1000 || u.gid != 1000 || u.home != "/home/app" || !slices.Equal(u.groups, []uint32{1000, 10}) {
+	if u.UID != 1000 || u.GID != 1000 || u.Home != "/home/app" || !slices.Equal(u.Groups, []uint32{1000, 10}) {
 		t.Errorf("app = %+v", u)
 	}
-	if u, err = lookupUser("app:wheel", []uint32{7}, rootFD); err != nil || u.gid != 10 || !slices.Equal(u.groups, []uint32{7}) {
+	if u, err = LookupUser("app:wheel", []uint32{7}, rootFD); err != nil || u.GID != 10 || !slices.Equal(u.Groups, []uint32{7}) {
 		t.Errorf("app:wheel with groups [7] = %+v, %v", u, err)
 	}
 
 	_, fifoRoot := testRoot(t, map[string]string{"etc/passwd": "|fifo", "etc/group": "|fifo"})
 	done := make(chan error, 1)
 	go func() {
-		u, err := lookupUser("1234:55", nil, fifoRoot)
-		if err == nil && (u.uid != 1234 || u.gid != 55) {
+		u, err := LookupUser("1234:55", nil, fifoRoot)
+		if err == nil && (u.UID != 1234 || u.GID != 55) {
 			t.Errorf("1234:55 = %+v", u)
 		}
-		_, err = lookupUser("app", nil, fifoRoot)
+		_, err = LookupUser("app", nil, fifoRoot)
 		done <- err
 	}()
 	select {
@@ -120,32 +120,13 @@ func TestLookupUserInRoot(t *testing.T) {
 	}
 }
 
-// TestPrefetchHoldsTheProgramUntilReleased: the program stays open while
-// its command may still start, and is let go after the release.
-func TestPrefetchHoldsTheProgramUntilReleased(t *testing.T) {
-	root, rootFD := testRoot(t, map[string]string{"bin/prog": "+x", "bin/fifo": "|fifo"})
-	prog, _ := filepath.EvalSymlinks(filepath.Join(root, "bin/prog"))
-	holds := func() bool {
-		fds, _ := os.ReadDir("/proc/self/fd")
-		for _, fd := range fds {
-			if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); target == prog {
-				return true
-			}
+func TestNumericIDs(t *testing.T) {
+	if uid, gid, ok := NumericIDs("1000:100"); !ok || uid != 1000 || gid != 100 {
+		t.Errorf("1000:100 = %d, %d, %v", uid, gid, ok)
+	}
+	for _, spec := range []string{"1000", "app:100", "1000:wheel", "", ":", "-1:0", "4294967296:0"} {
+		if _, _, ok := NumericIDs(spec); ok {
+			t.Errorf("%q taken as numeric ids", spec)
 		}
-		return false
 	}
-	release := prefetch(rootFD, "/bin/prog")
-	if !holds() {
-		t.Fatal("the program is not held while its command starts")
-	}
-	release()
-	deadline := time.Now().Add(10 * time.Second)
-	for holds() {
-		if time.Now().After(deadline) {
-			t.Fatal("the program is still held after the release")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	prefetch(rootFD, "/bin/fifo")()    // not a program to read: nothing held, no hang
-	prefetch(rootFD, "/bin/missing")() // left to the execve
 }

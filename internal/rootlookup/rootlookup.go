@@ -1,4 +1,12 @@
-package main
+// Package rootlookup finds a command's user and program inside the root
+// it will run in (a container's), as the command itself would see them:
+// every path resolved inside that root (package inroot), so that an
+// image's absolute symlink (/usr/bin/java -> /etc/alternatives/java)
+// means the image's file, never the caller's. The guest agent uses it
+// for every command; the containerd shim uses it on the host while the
+// pod's VM boots, so that the guest need not read the image's files over
+// 9P to start a container.
+package rootlookup
 
 import (
 	"bufio"
@@ -13,67 +21,61 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// user is who a command runs as.
-type user struct {
-	name     string
-	uid, gid uint32
-	groups   []uint32
-	home     string
+// User is who a command runs as.
+type User struct {
+	Name     string
+	UID, GID uint32
+	Groups   []uint32
+	Home     string
 }
 
-// A command's user, working directory and program are looked up in its
-// root (rootFD: a container's, or the guest's own "/") as the command
-// will see them: each path resolved inside that root (package inroot),
-// so that an image's absolute symlink (/usr/bin/java ->
-// /etc/alternatives/java) means the image's file, never the guest's.
-
-// lookupUser resolves an image's USER or -u value: "", NAME, UID,
+// LookupUser resolves an image's USER or -u value: "", NAME, UID,
 // NAME:GROUP, UID:GID (and mixtures), from the root's /etc/passwd and
 // /etc/group. A numeric user without a passwd entry is allowed, as
 // Docker allows it. Groups, if not nil, are the supplementary groups
 // exactly (the caller's); nil takes the user's from /etc/group.
-func lookupUser(spec string, groups []uint32, rootFD int) (user, error) {
+func LookupUser(spec string, groups []uint32, rootFD int) (User, error) {
 	if spec == "" {
 		spec = "root"
 	}
 	name, group, hasGroup := strings.Cut(spec, ":")
-	u := user{name: name, home: "/"}
+	u := User{Name: name, Home: "/"}
 	entry, found := findEntry(rootFD, "/etc/passwd", name, 2)
 	switch {
 	case found:
 		uid, err1 := strconv.ParseUint(entry[2], 10, 32)
 		gid, err2 := strconv.ParseUint(entry[3], 10, 32)
 		if err1 != nil || err2 != nil {
-			return user{}, fmt.Errorf("user %s: malformed /etc/passwd entry", name)
+			return User{}, fmt.Errorf("user %s: malformed /etc/passwd entry", name)
 		}
-		u.name, u.uid, u.gid = entry[0], uint32(uid), uint32(gid)
+		u.Name, u.UID, u.GID = entry[0], uint32(uid), uint32(gid)
 		if len(entry) > 5 && entry[5] != "" {
-			u.home = entry[5]
+			u.Home = entry[5]
 		}
 	case isNumber(name):
 		uid, _ := strconv.ParseUint(name, 10, 32)
-		u.uid, u.gid = uint32(uid), uint32(uid)
+		u.UID, u.GID = uint32(uid), uint32(uid)
 	case name == "root":
-		u.home = "/root"
+		u.Home = "/root"
 	default:
-		return user{}, fmt.Errorf("user %s not found in the image's /etc/passwd", name)
+		return User{}, fmt.Errorf("user %s not found in the image's /etc/passwd", name)
 	}
 	if hasGroup {
 		if g, ok := findEntry(rootFD, "/etc/group", group, 2); ok {
 			gid, err := strconv.ParseUint(g[2], 10, 32)
 			if err != nil {
-				return user{}, fmt.Errorf("group %s: malformed /etc/group entry", group)
+				return User{}, fmt.Errorf("group %s: malformed /etc/group entry", group)
 			}
-			u.gid = uint32(gid)
+			u.GID = uint32(gid)
 		} else if isNumber(group) {
 			gid, _ := strconv.ParseUint(group, 10, 32)
-			u.gid = uint32(gid)
+			u.GID = uint32(gid)
 		} else {
-			return user{}, fmt.Errorf("group %s not found in the image's /etc/group", group)
+			return User{}, fmt.Errorf("group %s not found in the image's /etc/group", group)
 		}
 	}
-	if u.groups = groups; u.groups == nil {
-		u.groups = supplementaryGroups(rootFD, u.name, u.gid)
+	if u.Groups = groups; u.Groups == nil {
+		u.Groups = supplementaryGroups(rootFD, u.Name, u.GID)
 	}
 	return u, nil
 }
@@ -82,10 +84,10 @@ func lookupUser(spec string, groups []uint32, rootFD int) (user, error) {
 // /etc/group: the image is not trusted to keep them small.
 const maxAccountFile = 16 << 20
 
-// rootFile opens the regular file name of the root for reading, or
+// File opens the regular file name of the root for reading, or
 // returns nil: missing, not a regular file (a FIFO there must not hang
 // the command's start) or unreadable are all "no such file" to callers.
-func rootFile(rootFD int, name string) *os.File {
+func File(rootFD int, name string) *os.File {
 	fd, err := inroot.OpenFile(rootFD, name, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil
@@ -100,7 +102,7 @@ func rootFile(rootFD int, name string) *os.File {
 
 // accountLines scans a passwd-style file of the root, bounded.
 func accountLines(rootFD int, name string) (*bufio.Scanner, func()) {
-	f := rootFile(rootFD, name)
+	f := File(rootFD, name)
 	if f == nil {
 		return nil, func() {}
 	}
@@ -152,33 +154,25 @@ func supplementaryGroups(rootFD int, name string, primary uint32) []uint32 {
 	return groups
 }
 
+// NumericIDs parses a user given as UID:GID, both numbers.
+func NumericIDs(spec string) (uid, gid uint32, ok bool) {
+	u, g, hasGroup := strings.Cut(spec, ":")
+	if !hasGroup || !isNumber(u) || !isNumber(g) {
+		return 0, 0, false
+	}
+	uid64, _ := strconv.ParseUint(u, 10, 32)
+	gid64, _ := strconv.ParseUint(g, 10, 32)
+	return uint32(uid64), uint32(gid64), true
+}
+
 func isNumber(s string) bool {
 	_, err := strconv.ParseUint(s, 10, 32)
 	return err == nil
 }
 
-// defaultPath is the PATH of a command whose environment has none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// defaultEnv completes a command's environment: PATH, HOME and, on a
-// terminal, TERM, unless the image or the user set them.
-func defaultEnv(env []string, u user, tty bool) []string {
-	out := append([]string(nil), env...)
-	add := func(k, v string) {
-		if envValue(out, k) == "" {
-			out = append(out, k+"="+v)
-		}
-	}
-	add("PATH", defaultPath)
-	add("HOME", u.home)
-	if tty {
-		add("TERM", "xterm")
-	}
-	return out
-}
-
-// envValue returns the last value of key in env (later entries win).
-func envValue(env []string, key string) string {
+// EnvValue returns the last value of key in a command's environment
+// (later entries win).
+func EnvValue(env []string, key string) string {
 	v := ""
 	for _, kv := range env {
 		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
@@ -188,15 +182,18 @@ func envValue(env []string, key string) string {
 	return v
 }
 
-// lookPath finds an executable the way a shell does, in the command's own
+// DefaultPath is the PATH of a command whose environment has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// LookPath finds an executable the way a shell does, in the command's own
 // PATH (not the agent's).
-func lookPath(file, path, dir string, rootFD int) (string, error) {
+func LookPath(file, path, dir string, rootFD int) (string, error) {
 	if strings.Contains(file, "/") {
 		p := file
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if err := executable(rootFD, p); err != nil {
+		if err := Executable(rootFD, p); err != nil {
 			return "", fmt.Errorf("%s: %v", file, err)
 		}
 		return p, nil
@@ -209,15 +206,15 @@ func lookPath(file, path, dir string, rootFD int) (string, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if executable(rootFD, p) == nil {
+		if Executable(rootFD, p) == nil {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("%s: command not found", file)
 }
 
-// executable says whether p is a file the command can execute.
-func executable(rootFD int, p string) error {
+// Executable says whether p is a file the command can execute.
+func Executable(rootFD int, p string) error {
 	st, err := statIn(rootFD, p)
 	if err != nil {
 		return fmt.Errorf("no such file")
@@ -228,8 +225,8 @@ func executable(rootFD int, p string) error {
 	return nil
 }
 
-// isDirIn says whether p is a directory of the root.
-func isDirIn(rootFD int, p string) bool {
+// IsDir says whether p is a directory of the root.
+func IsDir(rootFD int, p string) bool {
 	st, err := statIn(rootFD, p)
 	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }
