@@ -261,3 +261,54 @@ func readFile(top p9.File, dir, name string) ([]byte, error) {
 	}
 	return data[:n], nil
 }
+
+// TestOpenOffersWholePages: the I/O unit Rlopen and Rlcreate give a
+// guest is the most whole pages its msize carries, so that Linux cuts a
+// large read or write into page-aligned requests (without one it cuts at
+// msize-24 bytes, and every request after the first straddles pages); a
+// session whose msize cannot carry a page gets none. The msize is the one
+// the session asked for, so a later session of another size gets its own.
+func TestOpenOffersWholePages(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		msize, ioUnit uint32
+	}{
+		{512 << 10, 127 * 4096},
+		{64 << 10, 15 * 4096},
+		{4096 + 24, 4096},
+		{4096 + 23, 0},
+	} {
+		d := startDevice(t, root, 8<<20)
+		conn := newRingConn(d, c.msize, uint64(i))
+		client, err := p9.NewClient(conn, p9.WithMessageSize(c.msize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top, err := client.Attach("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f, err := top.Walk([]string{"f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, unit, err := f.Open(p9.ReadWrite); err != nil || unit != c.ioUnit {
+			t.Errorf("msize %d: Rlopen's iounit %d, %v; want %d", c.msize, unit, err, c.ioUnit)
+		}
+		_, dir, err := top.Walk(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("new%d", i)
+		if _, _, unit, err := dir.Create(name, p9.ReadWrite, 0o644, 0, 0); err != nil || unit != c.ioUnit {
+			t.Errorf("msize %d: Rlcreate's iounit %d, %v; want %d", c.msize, unit, err, c.ioUnit)
+		}
+		f.Close()
+		dir.Close()
+		client.Close()
+		conn.Close()
+	}
+}
