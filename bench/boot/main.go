@@ -32,7 +32,7 @@
 // binary's file-backed pages.
 //
 // Before each boot the bench writes and frees some tmpfs memory (-settle-mib,
-// see settle): in the test box, a VM that runs right after another is
+// see package settle): in the test box, a VM that runs right after another is
 // slowed by what the previous one left in memory, and without this the
 // order of the contenders decides part of the result.
 //
@@ -67,6 +67,7 @@ import (
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/bench/internal/guestrun"
 	"github.com/smolvm/smol/bench/internal/rounds"
+	"github.com/smolvm/smol/bench/internal/settle"
 	"github.com/smolvm/smol/bench/internal/stats"
 )
 
@@ -118,7 +119,7 @@ func main() {
 	machine := flag.String("machine", "", "CPU model for the report rows (default: this machine's /proc/cpuinfo)")
 	commit := flag.String("commit", "", "commit of -smol, for the report rows")
 	seed := flag.Int64("seed", time.Now().UnixNano(), "seed of the boot order's shuffle")
-	settleMiB := flag.Int("settle-mib", 256, "before each boot, write and free this much tmpfs memory (0: don't; see settle)")
+	settleMiB := flag.Int("settle-mib", 256, "before each boot, write and free this much tmpfs memory (0: don't; see package settle)")
 	var also guestrun.Builds
 	flag.Var(&also, "also", "NAME=PATH: another smol build to boot with its default devices (repeatable)")
 	flag.Parse()
@@ -160,12 +161,12 @@ func main() {
 	res := rounds.Run(*n, *replace, func(attempt int) error {
 		got := make([]sample, len(contenders))
 		// A fresh order every round: in the box, what the previous boot
-		// left behind changes the next one's start (see settle), so no
+		// left behind changes the next one's start (see package settle), so no
 		// contender may always follow the same one.
 		order := shuffle.Perm(len(contenders))
 		for _, i := range order {
 			c := contenders[i]
-			if err := settle(*settleMiB); err != nil {
+			if err := settle.Memory(*settleMiB); err != nil {
 				return err
 			}
 			startMs, err := binaryStart(c)
@@ -279,36 +280,6 @@ func binaryStart(c *contender) (float64, error) {
 		return 0, err
 	}
 	return float64(time.Since(start).Microseconds()) / 1000, nil
-}
-
-// settle writes mib MiB to a tmpfs file and frees it before a boot. In the
-// test box, the memory a VM just freed slows the next VM that writes into
-// it (the same smol build's exec to first KVM_RUN went from ~90 to 130-340
-// ms after another smol's boot, and QEMU's boot to init from ~2.0 to
-// ~2.3 s after any VM's): whatever the cause (the box's software CPU keeps
-// state for pages that held code), writing and freeing some memory first
-// puts every boot in the same state, whoever went before.
-func settle(mib int) error {
-	if mib <= 0 {
-		return nil
-	}
-	dir := "/dev/shm" // tmpfs where there is one: the point is memory, not a disk
-	if _, err := os.Stat(dir); err != nil {
-		dir = ""
-	}
-	f, err := os.CreateTemp(dir, "smol-bench-settle-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	for range mib {
-		if _, err := f.Write(buf); err != nil {
-			return fmt.Errorf("settle: %w", err)
-		}
-	}
-	return nil
 }
 
 // boot starts one VMM and waits for the init's line and for the VMM to

@@ -20,6 +20,9 @@
 // guest. QEMU has no userspace vsock, so the vsock figures compare smol's
 // userspace device with the kernel's vhost-vsock, reached from host
 // AF_VSOCK sockets; that peer is a different design and the output says so.
+// Before every guest the bench writes and frees 256 MiB of tmpfs
+// (-settle-mib, package settle), as bench/boot does: in the test box how
+// fast a VM runs depends on what the VM before it left in memory.
 //
 // It needs root (TAP devices, /dev/vhost-vsock) and a /dev/kvm that boots
 // Linux; on this project's machines that is the test box: make bench-devices.

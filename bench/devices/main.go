@@ -11,6 +11,7 @@ import (
 
 	"github.com/smolvm/smol"
 	"github.com/smolvm/smol/bench/internal/guestrun"
+	"github.com/smolvm/smol/bench/internal/settle"
 )
 
 func main() {
@@ -29,6 +30,7 @@ func main() {
 	mem := flag.String("mem", "512M", "guest memory")
 	extra := flag.String("cmdline", "", "kernel parameters appended for both VMMs (e.g. loglevel=7 to see a guest's crash)")
 	only := flag.String("only", "", "run only this VMM (smol or qemu-microvm), to diagnose it; no ratios")
+	settleMiB := flag.Int("settle-mib", 256, "before each guest, write and free this much tmpfs memory (0: don't; see package settle)")
 	phaseList := flag.String("phases", strings.Join(phases, ","), "the measurements to run: "+strings.Join(phases, ", "))
 	flag.Parse()
 	run := map[string]bool{}
@@ -65,8 +67,8 @@ func main() {
 		env.files = append(env.files, v.initrd)
 	}
 
-	fmt.Printf("device bench: kernel %s, %d vCPU, %s, %d rounds, %s s per measurement, %d MiB raw image on %s\n",
-		*kernel, *cpus, *mem, *rounds, strconv.FormatFloat(*secs, 'f', -1, 64), *diskMiB, env.dir)
+	fmt.Printf("device bench: kernel %s, %d vCPU, %s, %d rounds, %s s per measurement, %d MiB raw image on %s, -settle-mib %d before each guest\n",
+		*kernel, *cpus, *mem, *rounds, strconv.FormatFloat(*secs, 'f', -1, 64), *diskMiB, env.dir, *settleMiB)
 	fmt.Println("peers: QEMU microvm virtio-mmio, given smol's default entropy and balloon (free page reporting) devices too; disk cache=writeback (tmpfs has no O_DIRECT), aio=threads;",
 		"virtio-net vhost=off (userspace, like smol); vsock = vhost-vsock (IN-KERNEL, host AF_VSOCK sockets) against smol's userspace device (host Unix sockets)")
 
@@ -95,6 +97,9 @@ func main() {
 			slices.Reverse(order)
 		}
 		for _, v := range order {
+			if err := settle.Memory(*settleMiB); err != nil {
+				fatal(err)
+			}
 			got, err := v.run(limit, want)
 			if err != nil {
 				fmt.Printf("round %d %s FAILED: %v\n", r+1, v.name, err)
