@@ -30,10 +30,9 @@ import (
 // snapshots and forks; a server goroutine in the middle of a reply waits
 // there until the resume).
 type bridge struct {
-	version  func(msize uint32) // told the msize of every Tversion, before the server reads it
-	requests chan *request      // checked requests, in the queue's order
-	replies  chan completion    // whole replies, for the worker to complete
-	done     chan struct{}      // closed by close
+	requests chan *request   // checked requests, in the queue's order
+	replies  chan completion // whole replies, for the worker to complete
+	done     chan struct{}   // closed by close
 	once     sync.Once
 
 	mem    sync.RWMutex // read-held while guest memory is touched; held by a parked worker
@@ -59,10 +58,6 @@ type bridge struct {
 // headerSize is a 9P message's size[4] type[1] tag[2].
 const headerSize = 7
 
-// tversion is the type of a Tversion, which begins a session:
-// size[4] Tversion tag[2] msize[4] version[s].
-const tversion = 100
-
 // request is one T-message on its way to the server: its header checked
 // and copied by the worker, the rest read from guest memory.
 type request struct {
@@ -78,9 +73,8 @@ type completion struct {
 	written uint32
 }
 
-func newBridge(version func(msize uint32)) *bridge {
+func newBridge() *bridge {
 	return &bridge{
-		version:  version,
 		requests: make(chan *request, QueueSize),
 		replies:  make(chan completion, QueueSize),
 		done:     make(chan struct{}),
@@ -150,11 +144,6 @@ func (b *bridge) take(life *virtio.Worker, q *virtio.Queue) bool {
 		}
 		b.pending[tag] = c
 		b.mu.Unlock()
-		if r.head[4] == tversion {
-			if msize, ok := versionMSize(c); ok {
-				b.version(msize)
-			}
-		}
 		if !b.hand(life, q, r) {
 			return false
 		}
@@ -203,19 +192,6 @@ func newRequest(c *virtio.Chain) (*request, uint16, error) {
 		return nil, 0, fmt.Errorf("a request saying %d bytes in %d", size, n)
 	}
 	return r, binary.LittleEndian.Uint16(r.head[5:]), nil
-}
-
-// versionMSize reads a Tversion's msize from its chain, apart from the
-// server's reading of it: the server negotiates, and the device learns
-// what was asked (the server answers with the same msize, or its own
-// maximum when that is smaller).
-func versionMSize(c *virtio.Chain) (uint32, bool) {
-	r := c.NewReader()
-	var m [headerSize + 4]byte
-	if _, err := io.ReadFull(r, m[:]); err != nil {
-		return 0, false
-	}
-	return binary.LittleEndian.Uint32(m[headerSize:]), true
 }
 
 // Read implements io.Reader for the server: the stream of T-messages,

@@ -87,7 +87,7 @@ func (d *Device) Activate(env virtio.Env) error {
 	if len(env.Queues) != 1 || env.Queues[0] == nil {
 		return errors.New("virtio-9p: activate: the request queue is not enabled")
 	}
-	b := newBridge(func(msize uint32) { d.tree.ioUnit.Store(ioUnitFor(msize)) })
+	b := newBridge()
 	srv := p9.NewServer(d.tree)
 	go srv.Handle(b, b)
 	return d.Lifecycle.Activate(env, func(life *virtio.Worker) {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hugelgupf/p9/fsimpl/templatefs"
 	"github.com/hugelgupf/p9/linux"
@@ -33,31 +32,6 @@ import (
 type tree struct {
 	root     *os.File // O_PATH
 	readOnly bool
-	ioUnit   atomic.Uint32 // what Rlopen and Rlcreate offer: ioUnitFor the session's msize
-}
-
-// ioHeader is the part of its msize Linux keeps for a Tread's or Twrite's
-// header (P9_IOHDRSZ): it cuts reads and writes at min(iounit,
-// msize-ioHeader) bytes, or at msize-ioHeader when the iounit is 0.
-const ioHeader = 24
-
-// pageSize is the guest's page size.
-const pageSize = 4096
-
-// ioUnitFor is the I/O unit for a session of msize: the most whole pages a
-// Tread or Twrite can carry. Without it a guest cuts its I/O at
-// msize-ioHeader bytes (524,264 at msize 512 KiB), so every request after
-// the first of a large read or write begins and ends inside a page: the
-// guest pins one more page for it, and the host's page cache takes a
-// partial page at both ends of each, which for a file not in the cache
-// means reading that page from its disk before writing it. QEMU's 9P
-// server offers whole pages likewise.
-func ioUnitFor(msize uint32) uint32 {
-	msize = min(msize, MaxMessage)
-	if msize < ioHeader+pageSize {
-		return 0 // less than a page: the guest's own cut
-	}
-	return (msize - ioHeader) &^ (pageSize - 1)
 }
 
 // newTree opens dir as a tree.
@@ -193,7 +167,7 @@ func (f *file) Open(mode p9.OpenFlags) (p9.QID, uint32, error) {
 	f.mu.Lock()
 	f.io = os.NewFile(uintptr(fd), "")
 	f.mu.Unlock()
-	return qidOf(st), f.tree.ioUnit.Load(), nil
+	return qidOf(st), 0, nil
 }
 
 // ReadAt implements p9.File.
@@ -364,7 +338,7 @@ func (f *file) Create(name string, flags p9.OpenFlags, perm p9.FileMode, _ p9.UI
 		nf.Close()
 		return nil, p9.QID{}, 0, err
 	}
-	return nf, qidOf(st), f.tree.ioUnit.Load(), nil
+	return nf, qidOf(st), 0, nil
 }
 
 // Mkdir implements p9.File.
