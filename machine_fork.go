@@ -91,8 +91,20 @@ func (b *machineBackend) identify() error {
 		total: identityTimeout, answer: identityAnswerTimeout, redial: identityRedial,
 	})
 	vmm.TracePhase("restore: identity given (%v)", err)
+	if errors.Is(err, errVMEnded) {
+		// Say how: a restored guest that faulted leaves no console line.
+		if exit, crash := b.m.Wait(); crash != nil {
+			err = fmt.Errorf("%w: %v", err, crash)
+		} else {
+			err = fmt.Errorf("%w (%s)", err, exit.Reason)
+		}
+	}
 	return err
 }
+
+// errVMEnded is sendIdentity's answer when the VM stopped before its
+// agent took the identity.
+var errVMEnded = errors.New("the VM ended")
 
 // identityTimeouts are sendIdentity's limits (variables for its tests).
 type identityTimeouts struct {
@@ -138,7 +150,7 @@ func sendIdentity(dial func(context.Context) (net.Conn, error), vmDone <-chan st
 		}
 		select {
 		case <-vmDone:
-			return errors.New("the VM ended")
+			return errVMEnded
 		case <-time.After(limits.redial):
 		}
 		if time.Now().After(deadline) {

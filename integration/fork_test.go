@@ -41,22 +41,6 @@ func streamSum() string {
 	return hex.EncodeToString(s[:])
 }
 
-// waitFile waits for a file in the machine and returns its contents.
-func waitFile(t *testing.T, home, name, file string, within time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, out, _ := machineCLI(t, home, "exec", name, "--", "cat", file)
-		if code == 0 && out != "" {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("machine %s: %s did not appear within %v", name, file, within)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-}
-
 // TestMachineFork: eight children of a running machine, forked while a
 // counter runs in it and a file is being written, each continue both
 // from the fork point, with their own identity and their own disk. Nine
@@ -394,7 +378,7 @@ func TestMachineSnapshotRestore(t *testing.T) {
 	if out := mustMachine(t, fresh, "exec", "copy", "--", "cat", "/root/kept"); out != "on-disk\n" {
 		t.Errorf("/root/kept = %q", out)
 	}
-	if w := waitFile(t, fresh, "copy", "/tmp/woke", time.Minute); w != "woke\n" {
+	if w := waitSleeper(t, fresh, "copy"); w != "woke\n" {
 		t.Errorf("/tmp/woke = %q", w)
 	}
 	time.Sleep(time.Second)
@@ -407,6 +391,27 @@ func TestMachineSnapshotRestore(t *testing.T) {
 	if out := mustMachine(t, fresh, "exec", "copy", "--", "cat", "/root/kept"); out != "on-disk\n" {
 		t.Errorf("after a cold start /root/kept = %q", out)
 	}
+}
+
+// waitSleeper waits a minute for the file of the sleeper that
+// TestMachineSnapshotRestore started before its snapshot. When it does
+// not come, it says what the guest's clocks and processes were doing: a
+// counter that went on while the sleeper did not tells a timer armed
+// before the snapshot from one armed after it.
+func waitSleeper(t *testing.T, home, name string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if code, out, _ := machineCLI(t, home, "exec", name, "--", "cat", "/tmp/woke"); code == 0 && out != "" {
+			return out
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	probe := "cat /proc/uptime; cat /tmp/counter; sleep 1; cat /proc/uptime; cat /tmp/counter; (ps -o pid,stat,time,args 2>/dev/null || ps); grep -E 'now at|expires at' /proc/timer_list 2>/dev/null | head -20"
+	_, out, stderr := machineCLI(t, home, "exec", name, "--", "sh", "-c", probe)
+	t.Fatalf("machine %s: /tmp/woke did not appear within a minute; the guest (uptime, counter, 1 s later both again, processes):\n%s%s%s",
+		name, out, stderr, machineLogs(home, name, machineStatus(t, home, name).PID))
+	return ""
 }
 
 // TestMachineSnapshotBadInput: every refusal is one line and a non-zero
