@@ -52,7 +52,8 @@ func (m *MMIO) State() MMIOState {
 // Restore loads a captured state into the transport, after the VMM restored
 // the device's own state. A running device is reset first. If the state
 // says DRIVER_OK, the queues are rebuilt at their saved positions and the
-// device is activated with them, so the guest continues where it stopped.
+// device is activated with them, so the guest continues where it stopped,
+// and an interrupt still unacknowledged is raised again.
 func (m *MMIO) Restore(st MMIOState) error {
 	if len(st.Queues) != len(m.queueMax) {
 		return fmt.Errorf("%w: %d queues saved, device has %d", ErrBadState, len(st.Queues), len(m.queueMax))
@@ -112,7 +113,17 @@ func (m *MMIO) Restore(st MMIOState) error {
 		return fmt.Errorf("restore: activate %v device: %w", m.dev.ID(), err)
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.notifiable = true
-	m.mu.Unlock()
+	// An interrupt the driver has not acknowledged is raised again: the
+	// snapshot may have caught its edge on the way (KVM injects an
+	// irqfd's edge into its I/O APIC from a worker thread, after the
+	// eventfd write), in no interrupt controller's state, and a driver
+	// that suppresses interrupts with event indexes would then wait for
+	// it forever. If the edge was already pending, the driver's handler
+	// runs once more, finds nothing new and returns.
+	if m.interruptStatus != 0 {
+		return m.trigger()
+	}
 	return nil
 }

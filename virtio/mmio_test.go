@@ -456,18 +456,37 @@ func TestMMIOStateRestore(t *testing.T) {
 	if err := q.Push(c, 0); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.SignalUsed(0); err != nil {
+		t.Fatal(err)
+	}
 	st := m.State()
 	if st.Status != allOK || st.Queues[0].NextAvail != 1 || st.Queues[0].NextUsed != 1 {
 		t.Fatalf("state %+v", st)
 	}
 
+	if st.InterruptStatus != virtio.InterruptUsedBuffer {
+		t.Fatalf("interrupt status %#x before the snapshot, want the used buffer's", st.InterruptStatus)
+	}
+
 	dev2 := &fakeDevice{features: dev.features, sizes: dev.sizes}
-	m2 := virtio.NewMMIO(dev2, mem, vt.NewIRQ())
+	irq2 := vt.NewIRQ()
+	m2 := virtio.NewMMIO(dev2, mem, irq2)
 	if err := m2.Restore(st); err != nil {
 		t.Fatal(err)
 	}
 	if len(dev2.activations) != 1 {
 		t.Fatal("restored device not activated")
+	}
+	// The used buffer's interrupt was not acknowledged: its edge may
+	// have been in flight when the state was read, so it is raised again.
+	if irq2.Count() != 1 || m2.InterruptStatus() != virtio.InterruptUsedBuffer {
+		t.Fatalf("after restore: %d interrupts, status %#x; want 1 and the used buffer's", irq2.Count(), m2.InterruptStatus())
+	}
+	acked := st
+	acked.InterruptStatus = 0
+	irq3 := vt.NewIRQ()
+	if err := virtio.NewMMIO(&fakeDevice{features: dev.features, sizes: dev.sizes}, mem, irq3).Restore(acked); err != nil || irq3.Count() != 0 {
+		t.Fatalf("restore with every interrupt acknowledged: %v, %d interrupts, want none", err, irq3.Count())
 	}
 	c, err = dev2.activations[0].Queues[0].Pop()
 	if err != nil || c == nil || c.ReadableLen() != 3 {
