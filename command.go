@@ -259,7 +259,15 @@ func acceptAgent(l net.Listener, m *Machine) (net.Conn, error) {
 		}
 		return nil, fmt.Errorf("the VM ended (%s) before its agent started", exit.Reason)
 	case <-time.After(agentBootTimeout):
-		return nil, fmt.Errorf("the guest agent did not start within %v", agentBootTimeout)
+		// The guest kernel boots quietly, so its console rarely says
+		// where it stopped: what its vCPUs and devices did over a
+		// second tells a guest stuck in KVM_RUN from one idling with an
+		// interrupt lost.
+		err := fmt.Errorf("the guest agent did not start within %v", agentBootTimeout)
+		if activity := m.vm.GuestActivity(time.Second); activity != "" {
+			err = fmt.Errorf("%w; the guest %s", err, activity)
+		}
+		return nil, err
 	}
 }
 

@@ -659,7 +659,14 @@ func TestMachineGoAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Remove(ctx, true)
-	if err := m.Start(ctx); err != nil {
+	// A guest that dies while booting (the box's known failure) gets one
+	// more try, logged, as startMachine gives the CLI's.
+	err = m.Start(ctx)
+	if err != nil && strings.Contains(err.Error(), "did not start") {
+		t.Logf("KNOWN ISSUE: machine api did not start, once more: %v", err)
+		err = m.Start(ctx)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
