@@ -127,7 +127,36 @@ type vcpu struct {
 	rip    uint64
 	cpl    int
 	halted bool
-	legacy bool // not in 64-bit mode (an AP the kernel has not started shows EIP=fff0)
+	legacy bool   // not in 64-bit mode (an AP the kernel has not started shows EIP=fff0)
+	apic   string // its local APIC's interrupts and priorities (apicSummary), if read
+}
+
+// apicSummary picks out of QEMU's `info lapic` the interrupts in service
+// (ISR) and requested (IRR) and the task and processor priorities. A box
+// vCPU halted with interrupts on that never wakes is the box's known hang;
+// an ISR that holds a vector its kernel never ended (its timer's, 236)
+// says the interrupt was taken from the APIC but never reached the box
+// kernel's handler, which blocks that vector and every one below its
+// priority class from then on.
+func apicSummary(dump string) string {
+	var parts []string
+	for _, line := range strings.Split(dump, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "ISR", "IRR":
+			parts = append(parts, strings.Join(f, " "))
+		case "APR": // APR 0x00 TPR 0x00 DFR 0x0f LDR 0x01 PPR 0x00
+			for i := 0; i+1 < len(f); i += 2 {
+				if f[i] == "TPR" || f[i] == "PPR" {
+					parts = append(parts, f[i]+" "+f[i+1])
+				}
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 var (
@@ -239,6 +268,9 @@ func describeVCPUs(cpus []vcpu, syms *symbols) string {
 		}
 		if c.halted {
 			b.WriteString(", halted (waiting for an interrupt)")
+		}
+		if c.apic != "" {
+			fmt.Fprintf(&b, "; local APIC: %s", c.apic)
 		}
 	}
 	return b.String()

@@ -194,6 +194,13 @@ func (b *session) vcpuReport() string {
 	if err != nil {
 		syms = nil // addresses without names
 	}
+	cpus := parseRegisters(regs)
+	for i := range cpus {
+		// QEMU numbers a microvm's APICs as its CPUs.
+		if dump, err := q.hmp(fmt.Sprintf("info lapic %d", cpus[i].n)); err == nil {
+			cpus[i].apic = apicSummary(dump)
+		}
+	}
 	return fmt.Sprintf("\n  QEMU reports the box %s; its vCPUs (names from the box kernel; a vCPU in a nested guest shows that guest's RIP):%s",
-		status, describeVCPUs(parseRegisters(regs), syms))
+		status, describeVCPUs(cpus, syms))
 }
