@@ -132,12 +132,13 @@ type vcpu struct {
 }
 
 // apicSummary picks out of QEMU's `info lapic` the interrupts in service
-// (ISR) and requested (IRR) and the task and processor priorities. A box
-// vCPU halted with interrupts on that never wakes is the box's known hang;
-// an ISR that holds a vector its kernel never ended (its timer's, 236)
-// says the interrupt was taken from the APIC but never reached the box
-// kernel's handler, which blocks that vector and every one below its
-// priority class from then on.
+// (ISR) and requested (IRR) and the task and processor priorities, which
+// tell where a halted box vCPU's wake-up went (the box's known hang). A
+// vector in IRR above the processor priority with nothing in service is
+// an interrupt the APIC holds for the vCPU and QEMU never delivered (what
+// the hangs showed: BENCHMARKS.md, "A one-vCPU box hangs instead"); a
+// vector in ISR the kernel never ended was taken from the APIC but never
+// reached its handler, and blocks its priority class from then on.
 func apicSummary(dump string) string {
 	var parts []string
 	for _, line := range strings.Split(dump, "\n") {
