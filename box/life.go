@@ -126,6 +126,14 @@ func (l *life) read(r io.Reader) {
 	}
 }
 
+// lastSign returns when the box last showed a sign of life (an alive
+// line or console output).
+func (l *life) lastSign() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastAlive
+}
+
 // exitStatus returns the status the box reported, if any.
 func (l *life) exitStatus() (int, bool) {
 	l.mu.Lock()

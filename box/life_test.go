@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -153,8 +154,9 @@ func TestParseRegistersAndSymbols(t *testing.T) {
 		"CPU#1\nRAX=0000000000000001\nRIP=00007f0012345678 RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\n"
 	dump += "CPU#2\nEAX=00000000 EBX=00000000\nEIP=0000fff0 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=1\nCPU#3\n"
 	cpus := parseRegisters(dump)
-	want := []vcpu{{0, 0xffffffff81443efb, 0, true, false, ""}, {1, 0x7f0012345678, 3, false, false, ""}, {2, 0xfff0, 0, true, true, ""}}
-	if len(cpus) != 3 || cpus[0] != want[0] || cpus[1] != want[1] || cpus[2] != want[2] {
+	want := []vcpu{{n: 0, rip: 0xffffffff81443efb, cpl: 0, halted: true, intsOn: true},
+		{n: 1, rip: 0x7f0012345678, cpl: 3, intsOn: true}, {n: 2, rip: 0xfff0, cpl: 0, halted: true, legacy: true}}
+	if !reflect.DeepEqual(cpus, want) {
 		t.Fatalf("parseRegisters = %+v, want %+v", cpus, want)
 	}
 	syms := &symbols{addrs: []uint64{0xffffffff81000000, 0xffffffff81443ee8}, names: []string{"_stext", "default_idle"}}
@@ -162,10 +164,14 @@ func TestParseRegistersAndSymbols(t *testing.T) {
 	lapic := "dumping local APIC state for CPU 0\n\nLVT0\t 0x00010700 active-hi edge  masked                      ExtINT (vec 0)\n" +
 		"Timer\t DCR=0x3 (divide by 16) initial_count = 61934 current_count = 0\nESR\t 0x00000000\nISR\t 236 \nIRR\t 236 253 \n\n" +
 		"APR 0x00 TPR 0x00 DFR 0x0f LDR 0x01 PPR 0xe0\n"
-	if got, want := apicSummary(lapic), "ISR 236, IRR 236 253, TPR 0x00, PPR 0xe0"; got != want {
-		t.Errorf("apicSummary = %q, want %q", got, want)
+	apic := parseAPIC(lapic)
+	if got, want := apic.String(), "ISR 236, IRR 236 253, TPR 0x00, PPR 0xe0"; got != want {
+		t.Errorf("parseAPIC(...).String() = %q, want %q", got, want)
 	}
-	cpus[0].apic = apicSummary(lapic)
+	if v, ok := apic.pending(); !ok || v != 253 {
+		t.Errorf("pending = %d, %v; want 253 (above PPR 0xe0's class)", v, ok)
+	}
+	cpus[0].apic, cpus[0].apicRead = apic, true
 	report := describeVCPUs(cpus, syms)
 	for _, w := range []string{"CPU 0: RIP 0xffffffff81443efb default_idle+0x13, halted (waiting for an interrupt); local APIC: ISR 236,",
 		"CPU 1: RIP 0x7f0012345678 (user space)\n", "CPU 2: RIP 0xfff0 (not in 64-bit mode"} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,43 +122,110 @@ func (q *qmp) status() (string, error) {
 	return st.Status, nil
 }
 
-// vcpu is one vCPU's position as QEMU's register dump shows it.
-type vcpu struct {
-	n      int
-	rip    uint64
-	cpl    int
-	halted bool
-	legacy bool   // not in 64-bit mode (an AP the kernel has not started shows EIP=fff0)
-	apic   string // its local APIC's interrupts and priorities (apicSummary), if read
+// vcpus reads where the box's vCPUs are and what their local APICs hold.
+func (q *qmp) vcpus() ([]vcpu, error) {
+	regs, err := q.hmp("info registers -a")
+	if err != nil {
+		return nil, err
+	}
+	cpus := parseRegisters(regs)
+	for i := range cpus {
+		// QEMU numbers a microvm's APICs as its CPUs.
+		if dump, err := q.hmp(fmt.Sprintf("info lapic %d", cpus[i].n)); err == nil {
+			cpus[i].apic, cpus[i].apicRead = parseAPIC(dump), true
+		}
+	}
+	return cpus, nil
 }
 
-// apicSummary picks out of QEMU's `info lapic` the interrupts in service
-// (ISR) and requested (IRR) and the task and processor priorities, which
-// tell where a halted box vCPU's wake-up went (the box's known hang). A
-// vector in IRR above the processor priority with nothing in service is
-// an interrupt the APIC holds for the vCPU and QEMU never delivered (what
-// the hangs showed: BENCHMARKS.md, "A one-vCPU box hangs instead"); a
-// vector in ISR the kernel never ended was taken from the APIC but never
-// reached its handler, and blocks its priority class from then on.
-func apicSummary(dump string) string {
-	var parts []string
+// vcpu is one vCPU's position as QEMU's register dump shows it.
+type vcpu struct {
+	n        int
+	rip      uint64
+	cpl      int
+	halted   bool
+	intsOn   bool      // RFLAGS.IF: the vCPU takes interrupts
+	legacy   bool      // not in 64-bit mode (an AP the kernel has not started shows EIP=fff0)
+	apic     apicState // its local APIC, if read
+	apicRead bool
+}
+
+// apicState is what QEMU's `info lapic` says of a local APIC's interrupts:
+// the vectors in service (ISR) and requested (IRR), and the task and
+// processor priorities. They tell where a halted box vCPU's wake-up went
+// (the box's known hang). A vector in IRR above the processor priority
+// with the vCPU halted and taking interrupts is an interrupt the APIC
+// holds for the vCPU and QEMU never delivered (wakeup.go); a vector in ISR
+// the kernel never ended was taken from the APIC but never reached its
+// handler, and blocks its priority class from then on.
+type apicState struct {
+	isr, irr []int // vectors, lowest first, as QEMU lists them
+	tpr, ppr int
+}
+
+// parseAPIC reads an APIC's interrupts and priorities out of `info lapic`.
+func parseAPIC(dump string) apicState {
+	var a apicState
+	vectors := func(f []string) []int {
+		var v []int
+		for _, s := range f {
+			// "34(level)" for a level-triggered vector; "(none)".
+			if n, err := strconv.Atoi(strings.TrimSuffix(s, "(level)")); err == nil {
+				v = append(v, n)
+			}
+		}
+		return v
+	}
 	for _, line := range strings.Split(dump, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
 		}
 		switch f[0] {
-		case "ISR", "IRR":
-			parts = append(parts, strings.Join(f, " "))
+		case "ISR": // ISR\t 236 (or "(none)")
+			a.isr = vectors(f[1:])
+		case "IRR":
+			a.irr = vectors(f[1:])
 		case "APR": // APR 0x00 TPR 0x00 DFR 0x0f LDR 0x01 PPR 0x00
 			for i := 0; i+1 < len(f); i += 2 {
-				if f[i] == "TPR" || f[i] == "PPR" {
-					parts = append(parts, f[i]+" "+f[i+1])
+				n, err := strconv.ParseUint(f[i+1], 0, 8)
+				switch {
+				case err != nil:
+				case f[i] == "TPR":
+					a.tpr = int(n)
+				case f[i] == "PPR":
+					a.ppr = int(n)
 				}
 			}
 		}
 	}
-	return strings.Join(parts, ", ")
+	return a
+}
+
+// pending returns the highest vector the APIC requests that its processor
+// priority lets through (a higher priority class than PPR's), or false.
+func (a apicState) pending() (int, bool) {
+	if len(a.irr) == 0 {
+		return 0, false
+	}
+	v := slices.Max(a.irr)
+	return v, v>>4 > a.ppr>>4
+}
+
+// String is the APIC state for a report: "ISR (none), IRR 236, TPR 0x10,
+// PPR 0x10".
+func (a apicState) String() string {
+	list := func(v []int) string {
+		if len(v) == 0 {
+			return "(none)"
+		}
+		s := make([]string, len(v))
+		for i, n := range v {
+			s[i] = strconv.Itoa(n)
+		}
+		return strings.Join(s, " ")
+	}
+	return fmt.Sprintf("ISR %s, IRR %s, TPR 0x%02x, PPR 0x%02x", list(a.isr), list(a.irr), a.tpr, a.ppr)
 }
 
 var (
@@ -165,6 +233,7 @@ var (
 	ripField  = regexp.MustCompile(`([RE])IP=([0-9a-fA-F]+)`)
 	cplField  = regexp.MustCompile(`CPL=(\d)`)
 	hltField  = regexp.MustCompile(`HLT=(\d)`)
+	flagField = regexp.MustCompile(`[RE]FL=([0-9a-fA-F]+)`)
 )
 
 // parseRegisters reads the vCPUs out of `info registers -a`.
@@ -190,6 +259,10 @@ func parseRegisters(dump string) []vcpu {
 		}
 		if m := hltField.FindStringSubmatch(block); m != nil {
 			c.halted = m[1] == "1"
+		}
+		if m := flagField.FindStringSubmatch(block); m != nil {
+			flags, _ := strconv.ParseUint(m[1], 16, 64)
+			c.intsOn = flags&(1<<9) != 0 // IF
 		}
 		out = append(out, c)
 	}
@@ -270,7 +343,7 @@ func describeVCPUs(cpus []vcpu, syms *symbols) string {
 		if c.halted {
 			b.WriteString(", halted (waiting for an interrupt)")
 		}
-		if c.apic != "" {
+		if c.apicRead {
 			fmt.Fprintf(&b, "; local APIC: %s", c.apic)
 		}
 	}

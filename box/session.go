@@ -16,7 +16,8 @@ type session struct {
 	kernel   string // the box kernel, for symbols
 	life     *life
 	console  *consoleTail
-	qemuExit error // how QEMU ended, once watch has seen it
+	qemuExit error   // how QEMU ended, once watch has seen it
+	wake     wakeups // lost wake-ups found and woken (wakeup.go); watch's alone
 
 	mu       sync.Mutex
 	lifeConn net.Conn // the life port; nil until QEMU connects
@@ -111,6 +112,7 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 					return -1, true, fmt.Errorf("%w: %s (the box was ended)", ErrBoxKernelBug, bug)
 				}
 			}
+			b.checkWakeups(now)
 			var what string
 			kernelOK := true
 			if opts.Watchdog > 0 {
@@ -132,6 +134,9 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 				return code, true, nil
 			}
 			diag := b.vcpuReport()
+			if b.wake.done > 0 {
+				diag += fmt.Sprintf("\n  (the harness had woken this box from %d lost interrupts: box/wakeup.go)", b.wake.done)
+			}
 			if kernelOK {
 				diag = b.tasksReport() + diag
 			}
@@ -186,20 +191,13 @@ func (b *session) vcpuReport() string {
 	if err != nil {
 		return fmt.Sprintf("\n  QEMU itself does not answer its monitor (%v): it is stuck or stopped", err)
 	}
-	regs, err := q.hmp("info registers -a")
+	cpus, err := q.vcpus()
 	if err != nil {
 		return fmt.Sprintf("\n  QEMU reports the box %s; its registers: %v", status, err)
 	}
 	syms, err := loadSymbols(b.kernel)
 	if err != nil {
 		syms = nil // addresses without names
-	}
-	cpus := parseRegisters(regs)
-	for i := range cpus {
-		// QEMU numbers a microvm's APICs as its CPUs.
-		if dump, err := q.hmp(fmt.Sprintf("info lapic %d", cpus[i].n)); err == nil {
-			cpus[i].apic = apicSummary(dump)
-		}
 	}
 	return fmt.Sprintf("\n  QEMU reports the box %s; its vCPUs (names from the box kernel; a vCPU in a nested guest shows that guest's RIP):%s",
 		status, describeVCPUs(cpus, syms))

@@ -1,0 +1,134 @@
+package box
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Lost wake-ups.
+//
+// QEMU 7.2's software CPU can lose the note that tells a vCPU an interrupt
+// is pending (CPU_INTERRUPT_HARD in its interrupt_request). The box's
+// vCPUs run nested guests through QEMU's SVM emulation, and its VMRUN
+// (helper_vmrun) sets a bit in interrupt_request without the lock that
+// the I/O thread holds when it raises an interrupt, so a bit set in
+// between is overwritten. The interrupt itself stays requested in the
+// local APIC (IRR); but a vCPU that halts next waits for a note that
+// never comes. When it was the vCPU's timer, nothing else comes either,
+// and a box whose every vCPU waits so is hung for good: BENCHMARKS.md, "A
+// one-vCPU box hangs instead", caught that state in its hang reports.
+//
+// Any new interrupt makes QEMU look at the APIC again and deliver its
+// highest requested vector, the lost one included. So while the box's
+// heartbeat is late, the harness looks for the state: a vCPU halted with
+// interrupts enabled while its APIC requests a vector above its processor
+// priority. Seen on the same vCPU with the same vector in two looks a
+// second apart (one look is not atomic: an interrupt may arrive
+// between the register and the APIC reads), it writes a line to the life
+// port, whose virtio-serial interrupt is such a new interrupt, and says
+// so on stderr. The state cannot be reached otherwise: QEMU wakes a
+// halted vCPU as soon as an interrupt it can take is requested. A wake-up
+// that does not help leaves the box to its watchdog, as before.
+
+const (
+	// wakeLookAfter is how late the box's heartbeat must be before the
+	// harness looks for a lost wake-up: two beats, so that a box on time
+	// costs no monitor requests, and one that lost its timer stands
+	// still for seconds, not minutes.
+	wakeLookAfter = 2 * beatPeriod
+
+	// wakeLookPeriod is how often it looks while the heartbeat is late.
+	// QEMU delivers an interrupt a vCPU can take within microseconds,
+	// so the same state seen twice this far apart is not one in passing.
+	wakeLookPeriod = time.Second
+)
+
+// lostWakeup is a vCPU seen halted, taking interrupts, with a vector its
+// APIC would let through requested and not delivered.
+type lostWakeup struct {
+	cpu, vector int
+	apic        apicState
+}
+
+// findLostWakeups returns the vCPUs in cpus that wait for an interrupt
+// their APIC holds for them.
+func findLostWakeups(cpus []vcpu) []lostWakeup {
+	var out []lostWakeup
+	for _, c := range cpus {
+		if !c.halted || !c.intsOn || !c.apicRead {
+			continue
+		}
+		if v, ok := c.apic.pending(); ok {
+			out = append(out, lostWakeup{c.n, v, c.apic})
+		}
+	}
+	return out
+}
+
+// wakeups is the harness's watch for lost wake-ups in one box.
+type wakeups struct {
+	lastLook time.Time
+	suspects []lostWakeup // what the last look found
+	done     int          // wake-ups sent
+}
+
+// confirmed returns the lost wake-ups of found that the previous look had
+// also seen (same vCPU, same vector), and remembers found for the next.
+func (w *wakeups) confirmed(found []lostWakeup) []lostWakeup {
+	var out []lostWakeup
+	for _, f := range found {
+		for _, s := range w.suspects {
+			if s.cpu == f.cpu && s.vector == f.vector {
+				out = append(out, f)
+				break
+			}
+		}
+	}
+	w.suspects = found
+	return out
+}
+
+// checkWakeups looks for lost wake-ups in a box whose heartbeat is late
+// and wakes its vCPUs when it finds one confirmed.
+func (b *session) checkWakeups(now time.Time) {
+	if now.Sub(b.life.lastSign()) < wakeLookAfter {
+		b.wake.suspects = nil
+		return
+	}
+	if now.Sub(b.wake.lastLook) < wakeLookPeriod {
+		return
+	}
+	b.wake.lastLook = now
+	b.mu.Lock()
+	q, conn := b.monitor, b.lifeConn
+	b.mu.Unlock()
+	if q == nil || conn == nil {
+		return
+	}
+	if status, err := q.status(); err != nil || status != "running" {
+		b.wake.suspects = nil // a stopped box's vCPUs do not run at all
+		return
+	}
+	cpus, err := q.vcpus()
+	if err != nil {
+		return
+	}
+	lost := b.wake.confirmed(findLostWakeups(cpus))
+	if len(lost) == 0 {
+		return
+	}
+	b.wake.suspects = nil
+	var what []string
+	for _, l := range lost {
+		what = append(what, fmt.Sprintf("vCPU %d waits halted for vector %d that its APIC holds (%v)", l.cpu, l.vector, l.apic))
+	}
+	conn.SetWriteDeadline(now.Add(taskWait))
+	if _, err := conn.Write([]byte("wake\n")); err != nil { // the box's init reads and ignores it
+		fmt.Fprintf(os.Stderr, "box: %s, an interrupt QEMU lost; cannot wake the box: %v\n", strings.Join(what, "; "), err)
+		return
+	}
+	b.wake.done++
+	fmt.Fprintf(os.Stderr, "box: %s, an interrupt QEMU lost (box/wakeup.go); woke the box with an interrupt from its life port (wake-up %d of this box)\n", strings.Join(what, "; "), b.wake.done)
+}
