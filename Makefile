@@ -97,11 +97,11 @@ unit-test:
 
 # Unit and KVM-layer tests run with the race detector (which needs cgo;
 # the binaries themselves stay CGO_ENABLED=0). Package box's tests boot a
-# box, whose software CPU takes both cores: they run on their own, after
+# box, whose software CPU and I/O thread take the cores: they run on their own, after
 # the rest, as the timing-bound tests on the host's /dev/kvm (a forked
 # counting guest must count on within a minute) starved beside them (a
 # clean-clone CI run on 2026-12-05: 250 exits in that minute). The
-# integration tests run alone, last: their box wants both cores, and a
+# integration tests run alone, last: their box wants the cores, and a
 # busy host makes nested guests unreliable (README, known issue).
 # -v streams each test's start and end as it happens, so a CI log shows
 # where a run that stalls is (go test holds a package's output otherwise).
