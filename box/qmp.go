@@ -343,6 +343,9 @@ func describeVCPUs(cpus []vcpu, syms *symbols) string {
 		if c.halted {
 			b.WriteString(", halted (waiting for an interrupt)")
 		}
+		if !c.intsOn && !c.legacy {
+			b.WriteString(", interrupts off")
+		}
 		if c.apicRead {
 			fmt.Fprintf(&b, "; local APIC: %s", c.apic)
 		}

@@ -15,22 +15,27 @@ import (
 // (helper_vmrun) sets a bit in interrupt_request without the lock that
 // the I/O thread holds when it raises an interrupt, so a bit set in
 // between is overwritten. The interrupt itself stays requested in the
-// local APIC (IRR); but a vCPU that halts next waits for a note that
-// never comes. When it was the vCPU's timer, nothing else comes either,
-// and a box whose every vCPU waits so is hung for good: BENCHMARKS.md, "A
-// one-vCPU box hangs instead", caught that state in its hang reports.
+// local APIC (IRR); but the vCPU, which looks at its APIC only when
+// told, waits for a note that never comes: halted, or spinning in a loop
+// that only an interrupt ends. When it was the vCPU's timer, nothing else
+// comes either, and a box whose every vCPU waits so is hung for good:
+// BENCHMARKS.md, "A one-vCPU box hangs instead", caught that state in its
+// hang reports.
 //
 // Any new interrupt makes QEMU look at the APIC again and deliver its
 // highest requested vector, the lost one included. So while the box's
-// heartbeat is late, the harness looks for the state: a vCPU halted with
-// interrupts enabled while its APIC requests a vector above its processor
-// priority. Seen on the same vCPU with the same vector in two looks a
-// second apart (one look is not atomic: an interrupt may arrive
-// between the register and the APIC reads), it writes a line to the life
-// port, whose virtio-serial interrupt is such a new interrupt, and says
-// so on stderr. The state cannot be reached otherwise: QEMU wakes a
-// halted vCPU as soon as an interrupt it can take is requested. A wake-up
-// that does not help leaves the box to its watchdog, as before.
+// heartbeat is late, the harness looks for the state: a vCPU, halted or
+// running, with interrupts enabled while its APIC requests a vector above
+// its processor priority. Seen on the same vCPU with the same vector in
+// two looks a second apart (one look is not atomic: an interrupt may
+// arrive between the register and the APIC reads), it writes a line to
+// the life port, whose virtio-serial interrupt is such a new interrupt,
+// and says so on stderr. The state does not last otherwise: QEMU delivers
+// an interrupt the vCPU can take within microseconds of its request (a
+// halted vCPU wakes, a running one takes it after its current block of
+// code). A vCPU in a nested guest shows the guest's flags; with them on,
+// an interrupt for the box kernel would end the guest's run at once too.
+// A wake-up that does not help leaves the box to its watchdog, as before.
 
 const (
 	// wakeLookAfter is how late the box's heartbeat must be before the
@@ -45,10 +50,11 @@ const (
 	wakeLookPeriod = time.Second
 )
 
-// lostWakeup is a vCPU seen halted, taking interrupts, with a vector its
-// APIC would let through requested and not delivered.
+// lostWakeup is a vCPU seen taking interrupts, halted or not, with a
+// vector its APIC would let through requested and not delivered.
 type lostWakeup struct {
 	cpu, vector int
+	halted      bool
 	apic        apicState
 }
 
@@ -57,11 +63,11 @@ type lostWakeup struct {
 func findLostWakeups(cpus []vcpu) []lostWakeup {
 	var out []lostWakeup
 	for _, c := range cpus {
-		if !c.halted || !c.intsOn || !c.apicRead {
+		if c.legacy || !c.intsOn || !c.apicRead {
 			continue
 		}
 		if v, ok := c.apic.pending(); ok {
-			out = append(out, lostWakeup{c.n, v, c.apic})
+			out = append(out, lostWakeup{c.n, v, c.halted, c.apic})
 		}
 	}
 	return out
@@ -122,7 +128,11 @@ func (b *session) checkWakeups(now time.Time) {
 	b.wake.suspects = nil
 	var what []string
 	for _, l := range lost {
-		what = append(what, fmt.Sprintf("vCPU %d waits halted for vector %d that its APIC holds (%v)", l.cpu, l.vector, l.apic))
+		how := "running"
+		if l.halted {
+			how = "halted"
+		}
+		what = append(what, fmt.Sprintf("vCPU %d, %s with interrupts on, waits for vector %d that its APIC holds (%v)", l.cpu, how, l.vector, l.apic))
 	}
 	conn.SetWriteDeadline(now.Add(taskWait))
 	if _, err := conn.Write([]byte("wake\n")); err != nil { // the box's init reads and ignores it

@@ -30,7 +30,7 @@ func TestFindLostWakeups(t *testing.T) {
 
 	cpus := []vcpu{
 		{n: 0, halted: true, intsOn: true, apic: hung, apicRead: true},    // lost
-		{n: 1, halted: false, intsOn: true, apic: hung, apicRead: true},   // running: QEMU will deliver it
+		{n: 1, halted: false, intsOn: true, apic: hung, apicRead: true},   // lost while running (spinning for a timer)
 		{n: 2, halted: true, intsOn: false, apic: hung, apicRead: true},   // cli; hlt: no interrupt wakes it
 		{n: 3, halted: true, intsOn: true, apic: blocked, apicRead: true}, // masked by the priority
 		{n: 4, halted: true, intsOn: true, apic: idle, apicRead: true},    // nothing requested
@@ -38,7 +38,9 @@ func TestFindLostWakeups(t *testing.T) {
 		{n: 6, halted: true, intsOn: true, apic: level, apicRead: true},   // lost, level-triggered
 	}
 	got := findLostWakeups(cpus)
-	want := []lostWakeup{{0, 236, hung}, {6, 34, level}}
+	// An AP the box kernel has not started yet.
+	cpus = append(cpus, vcpu{n: 7, halted: true, intsOn: true, legacy: true, apic: hung, apicRead: true})
+	want := []lostWakeup{{0, 236, true, hung}, {1, 236, false, hung}, {6, 34, true, level}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("findLostWakeups = %+v, want %+v", got, want)
 	}
