@@ -92,9 +92,12 @@ func (e *reportError) Is(target error) bool { return target == e.kind }
 
 // Paths the box needs, found relative to the repository root.
 const (
-	kernelPath  = "build/box-vmlinux"
-	busyboxPath = "/bin/busybox"
-	qemuBinary  = "qemu-system-x86_64"
+	kernelPath = "build/box-vmlinux"
+	// guestKernelPath is smol's guest kernel, whose symbols name where a
+	// vCPU running a nested guest is, in a hang report.
+	guestKernelPath = "build/vmlinux"
+	busyboxPath     = "/bin/busybox"
+	qemuBinary      = "qemu-system-x86_64"
 )
 
 // Run runs script with /bin/sh inside a fresh box and returns its exit status.

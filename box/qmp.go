@@ -325,8 +325,13 @@ func (s *symbols) name(addr uint64) string {
 	return fmt.Sprintf("%s+%#x", s.names[i], addr-s.addrs[i])
 }
 
-// describeVCPUs says where each of the box's vCPUs is, for a report.
-func describeVCPUs(cpus []vcpu, syms *symbols) string {
+// describeVCPUs says where each of the box's vCPUs is, for a report, with
+// names from the box kernel's symbols and, where smol's guest kernel has
+// one at the same address, its name too: QEMU shows a vCPU running a
+// nested guest at the guest's RIP, and both kernels live in the same
+// upper half (CI's hung boxes showed "tcp_v6_connect+0x3c6" in the box
+// kernel, which was queued_spin_lock_slowpath in the guest's).
+func describeVCPUs(cpus []vcpu, syms, guestSyms *symbols) string {
 	var b strings.Builder
 	for _, c := range cpus {
 		fmt.Fprintf(&b, "\n    CPU %d: RIP %#x", c.n, c.rip)
@@ -335,6 +340,9 @@ func describeVCPUs(cpus []vcpu, syms *symbols) string {
 			b.WriteString(" (not in 64-bit mode: not started by the box kernel yet?)")
 		case name != "":
 			fmt.Fprintf(&b, " %s", name)
+			if g := guestSyms.name(c.rip); g != "" {
+				fmt.Fprintf(&b, " (or, in a nested guest on smol's kernel, %s)", g)
+			}
 		case c.cpl == 3:
 			b.WriteString(" (user space)")
 		default:

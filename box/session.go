@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -199,6 +200,10 @@ func (b *session) vcpuReport() string {
 	if err != nil {
 		syms = nil // addresses without names
 	}
+	var guestSyms *symbols
+	if root, err := RepoRoot(); err == nil {
+		guestSyms, _ = loadSymbols(filepath.Join(root, guestKernelPath))
+	}
 	return fmt.Sprintf("\n  QEMU reports the box %s; its vCPUs (names from the box kernel; a vCPU in a nested guest shows that guest's RIP):%s",
-		status, describeVCPUs(cpus, syms))
+		status, describeVCPUs(cpus, syms, guestSyms))
 }

@@ -37,10 +37,14 @@ func TestFindLostWakeups(t *testing.T) {
 		{n: 5, halted: true, intsOn: true, apic: hung, apicRead: false},   // APIC unread
 		{n: 6, halted: true, intsOn: true, apic: level, apicRead: true},   // lost, level-triggered
 	}
+	cpus = append(cpus,
+		// An AP the box kernel has not started yet.
+		vcpu{n: 7, halted: true, intsOn: true, legacy: true, apic: hung, apicRead: true},
+		// Running with interrupts off: a nested guest's flags (CI lost a
+		// box so), which do not hold off the box kernel's interrupts.
+		vcpu{n: 8, halted: false, intsOn: false, apic: hung, apicRead: true})
 	got := findLostWakeups(cpus)
-	// An AP the box kernel has not started yet.
-	cpus = append(cpus, vcpu{n: 7, halted: true, intsOn: true, legacy: true, apic: hung, apicRead: true})
-	want := []lostWakeup{{0, 236, true, hung}, {1, 236, false, hung}, {6, 34, true, level}}
+	want := []lostWakeup{{0, 236, true, true, hung}, {1, 236, false, true, hung}, {6, 34, true, true, level}, {8, 236, false, false, hung}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("findLostWakeups = %+v, want %+v", got, want)
 	}
