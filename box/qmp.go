@@ -152,10 +152,10 @@ type vcpu struct {
 
 // apicState is what QEMU's `info lapic` says of a local APIC's interrupts:
 // the vectors in service (ISR) and requested (IRR), and the task and
-// processor priorities. They tell where a halted box vCPU's wake-up went
-// (the box's known hang). A vector in IRR above the processor priority
-// with the vCPU halted and taking interrupts is an interrupt the APIC
-// holds for the vCPU and QEMU never delivered (wakeup.go); a vector in ISR
+// processor priorities. They tell where a box vCPU's wake-up went (the
+// box's known hang). A vector in IRR above the processor priority that
+// stays there while the vCPU could take it is an interrupt the APIC holds
+// for the vCPU and QEMU never delivered (wakeup.go); a vector in ISR
 // the kernel never ended was taken from the APIC but never reached its
 // handler, and blocks its priority class from then on.
 type apicState struct {

@@ -2,6 +2,7 @@ package box
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -155,21 +156,33 @@ const bugGrace = 5 * time.Second
 // taskWait bounds how long a box that is alive may take to list its tasks.
 const taskWait = 10 * time.Second
 
-// tasksReport asks the box's init what its tasks are doing (life.go), for
-// a box that is alive but whose command is stuck or slow.
-func (b *session) tasksReport() string {
+// errNoLifePort is a request to a box whose life port never connected.
+var errNoLifePort = errors.New("the box's life port never connected")
+
+// tellInit writes one request line to the box's init over the life port
+// (life.go): "tasks", or "wake", whose interrupt is the point (wakeup.go).
+func (b *session) tellInit(request string) error {
 	b.mu.Lock()
 	conn := b.lifeConn
 	b.mu.Unlock()
 	if conn == nil {
-		return "\n  (the box's life port never connected)"
+		return errNoLifePort
 	}
+	conn.SetWriteDeadline(time.Now().Add(taskWait))
+	_, err := conn.Write([]byte(request + "\n"))
+	return err
+}
+
+// tasksReport asks the box's init what its tasks are doing (life.go), for
+// a box that is alive but whose command is stuck or slow.
+func (b *session) tasksReport() string {
 	select { // a dump asked for earlier and not collected
 	case <-b.life.tasks:
 	default:
 	}
-	conn.SetWriteDeadline(time.Now().Add(taskWait))
-	if _, err := conn.Write([]byte("tasks\n")); err != nil {
+	if err := b.tellInit("tasks"); errors.Is(err, errNoLifePort) {
+		return "\n  (the box's life port never connected)"
+	} else if err != nil {
 		return fmt.Sprintf("\n  (cannot ask the box for its tasks: %v)", err)
 	}
 	select {

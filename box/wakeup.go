@@ -40,8 +40,8 @@ import (
 // guest with the guest's interrupts off and the timer's vector requested.
 // A box-kernel vCPU that runs with interrupts off for seconds is stuck
 // anyway; the wake-up it gets changes nothing, and its line says which
-// of the two it may be.
-// A wake-up that does not help leaves the box to its watchdog, as before.
+// of the two it may be. A wake-up that does not help leaves the box to
+// its watchdog, as before.
 
 const (
 	// wakeLookAfter is how late the box's heartbeat must be before the
@@ -59,10 +59,8 @@ const (
 // lostWakeup is a vCPU seen taking interrupts, halted or not, with a
 // vector its APIC would let through requested and not delivered.
 type lostWakeup struct {
-	cpu, vector int
-	halted      bool
-	intsOn      bool
-	apic        apicState
+	vcpu
+	vector int
 }
 
 // findLostWakeups returns the vCPUs in cpus that wait for an interrupt
@@ -76,7 +74,7 @@ func findLostWakeups(cpus []vcpu) []lostWakeup {
 			continue
 		}
 		if v, ok := c.apic.pending(); ok {
-			out = append(out, lostWakeup{c.n, v, c.halted, c.intsOn, c.apic})
+			out = append(out, lostWakeup{c, v})
 		}
 	}
 	return out
@@ -95,7 +93,7 @@ func (w *wakeups) confirmed(found []lostWakeup) []lostWakeup {
 	var out []lostWakeup
 	for _, f := range found {
 		for _, s := range w.suspects {
-			if s.cpu == f.cpu && s.vector == f.vector {
+			if s.n == f.n && s.vector == f.vector {
 				out = append(out, f)
 				break
 			}
@@ -117,9 +115,9 @@ func (b *session) checkWakeups(now time.Time) {
 	}
 	b.wake.lastLook = now
 	b.mu.Lock()
-	q, conn := b.monitor, b.lifeConn
+	q := b.monitor
 	b.mu.Unlock()
-	if q == nil || conn == nil {
+	if q == nil {
 		return
 	}
 	if status, err := q.status(); err != nil || status != "running" {
@@ -144,10 +142,9 @@ func (b *session) checkWakeups(now time.Time) {
 		case !l.intsOn:
 			how = "running with interrupts off, a nested guest's flags or a stuck box kernel's"
 		}
-		what = append(what, fmt.Sprintf("vCPU %d, %s, waits for vector %d that its APIC holds (%v)", l.cpu, how, l.vector, l.apic))
+		what = append(what, fmt.Sprintf("vCPU %d, %s, waits for vector %d that its APIC holds (%v)", l.n, how, l.vector, l.apic))
 	}
-	conn.SetWriteDeadline(now.Add(taskWait))
-	if _, err := conn.Write([]byte("wake\n")); err != nil { // the box's init reads and ignores it
+	if err := b.tellInit("wake"); err != nil { // the box's init reads and ignores it
 		fmt.Fprintf(os.Stderr, "box: %s, an interrupt QEMU lost; cannot wake the box: %v\n", strings.Join(what, "; "), err)
 		return
 	}

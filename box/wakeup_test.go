@@ -36,15 +36,14 @@ func TestFindLostWakeups(t *testing.T) {
 		{n: 4, halted: true, intsOn: true, apic: idle, apicRead: true},    // nothing requested
 		{n: 5, halted: true, intsOn: true, apic: hung, apicRead: false},   // APIC unread
 		{n: 6, halted: true, intsOn: true, apic: level, apicRead: true},   // lost, level-triggered
-	}
-	cpus = append(cpus,
 		// An AP the box kernel has not started yet.
-		vcpu{n: 7, halted: true, intsOn: true, legacy: true, apic: hung, apicRead: true},
+		{n: 7, halted: true, intsOn: true, legacy: true, apic: hung, apicRead: true},
 		// Running with interrupts off: a nested guest's flags (CI lost a
 		// box so), which do not hold off the box kernel's interrupts.
-		vcpu{n: 8, halted: false, intsOn: false, apic: hung, apicRead: true})
+		{n: 8, halted: false, intsOn: false, apic: hung, apicRead: true},
+	}
 	got := findLostWakeups(cpus)
-	want := []lostWakeup{{0, 236, true, true, hung}, {1, 236, false, true, hung}, {6, 34, true, true, level}, {8, 236, false, false, hung}}
+	want := []lostWakeup{{cpus[0], 236}, {cpus[1], 236}, {cpus[6], 34}, {cpus[8], 236}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("findLostWakeups = %+v, want %+v", got, want)
 	}
@@ -55,14 +54,14 @@ func TestFindLostWakeups(t *testing.T) {
 // for the same vector.
 func TestWakeupsConfirmed(t *testing.T) {
 	var w wakeups
-	a := lostWakeup{cpu: 0, vector: 236}
+	a := lostWakeup{vcpu{n: 0}, 236}
 	if got := w.confirmed([]lostWakeup{a}); len(got) != 0 {
 		t.Fatalf("the first look confirmed %v", got)
 	}
-	if got := w.confirmed([]lostWakeup{{cpu: 0, vector: 253}}); len(got) != 0 {
+	if got := w.confirmed([]lostWakeup{{vcpu{n: 0}, 253}}); len(got) != 0 {
 		t.Fatalf("a different vector confirmed %v", got)
 	}
-	if got := w.confirmed([]lostWakeup{{cpu: 1, vector: 253}}); len(got) != 0 {
+	if got := w.confirmed([]lostWakeup{{vcpu{n: 1}, 253}}); len(got) != 0 {
 		t.Fatalf("a different vCPU confirmed %v", got)
 	}
 	if got := w.confirmed(nil); len(got) != 0 {
