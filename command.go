@@ -313,18 +313,26 @@ func guestFailure(m *Machine, err error, console *syncbuf.Tail) error {
 	return withConsoleTail(err, console)
 }
 
-// commandCut names a VM that stopped by itself under a running command
-// (a crash names itself in guestFailure).
+// commandCut says what became of the VM when the session with its agent
+// broke: it stopped by itself (a crash names itself in guestFailure), or
+// it still runs, so the agent or the connection failed, not the guest.
+// A guest that powers off or resets can close its connections a moment
+// before its vCPUs stop, so it waits up to vmEndWait to learn which.
 func commandCut(m *Machine, err error) error {
 	select {
 	case <-m.Done():
 		if exit, crash := m.Wait(); crash == nil {
 			return fmt.Errorf("the VM stopped (%s) before its agent ended the command: %w", exit.Reason, err)
 		}
-	default:
+		return err
+	case <-time.After(vmEndWait):
+		return fmt.Errorf("%w (the VM still ran)", err)
 	}
-	return err
 }
+
+// vmEndWait is how long a broken session waits to learn whether its VM
+// stopped.
+const vmEndWait = time.Second
 
 // withConsoleTail adds the end of the guest's console to err, if there is
 // one. The guest wrote it, so it is escaped: it cannot drive the terminal
