@@ -78,6 +78,8 @@ func (b *session) close() {
 func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan error, opts Options, began time.Time) (code int, ended bool, err error) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	wakeTick := time.NewTicker(wakeLookPeriod)
+	defer wakeTick.Stop()
 	var deadline <-chan time.Time
 	if opts.Timeout > 0 {
 		t := time.NewTimer(time.Until(began.Add(opts.Timeout)))
@@ -101,6 +103,8 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 				opts.Timeout, b.console.tail(), b.tasksReport(), b.vcpuReport())
 			end()
 			return -1, true, &reportError{ErrTimeout, msg}
+		case now := <-wakeTick.C:
+			b.checkWakeups(now)
 		case now := <-tick.C:
 			// The box's kernel hit its known crash: whatever runs from
 			// now on runs on a kernel that took a page-fault loop and
@@ -114,7 +118,6 @@ func (b *session) watch(ctx context.Context, qemu *os.Process, exited <-chan err
 					return -1, true, fmt.Errorf("%w: %s (the box was ended)", ErrBoxKernelBug, bug)
 				}
 			}
-			b.checkWakeups(now)
 			var what string
 			kernelOK := true
 			if opts.Watchdog > 0 {

@@ -27,7 +27,7 @@ import (
 // heartbeat is late, the harness looks for the state: a vCPU, halted with
 // interrupts enabled or running, while its APIC requests a vector above
 // its processor priority. Seen on the same vCPU with the same vector in
-// two looks a second apart (one look is not atomic: an interrupt may
+// two looks wakeLookPeriod apart (one look is not atomic: an interrupt may
 // arrive between the register and the APIC reads), it writes a line to
 // the life port, whose virtio-serial interrupt is such a new interrupt,
 // and says so on stderr. The state does not last otherwise: QEMU delivers
@@ -44,16 +44,21 @@ import (
 // its watchdog, as before.
 
 const (
-	// wakeLookAfter is how late the box's heartbeat must be before the
-	// harness looks for a lost wake-up: two beats, so that a box on time
-	// costs no monitor requests, and one that lost its timer stands
-	// still for seconds, not minutes.
-	wakeLookAfter = 2 * beatPeriod
+	// wakeLookAfter is how long the box may go without a sign of life
+	// before the harness looks for a lost wake-up: a beat and a
+	// quarter, so that a box on time costs no monitor requests, and one
+	// whose timer was lost stands still for about a beat. Everything in
+	// the box waits while it stands still, and the time it lost comes
+	// back at once when it wakes: a timeout of 2 s in a guest or a VMM
+	// there (Linux's vsock connect, smol's vsock timers) can expire in
+	// the stall, and the first harness's stalls lasted four to six
+	// seconds.
+	wakeLookAfter = beatPeriod + beatPeriod/4
 
 	// wakeLookPeriod is how often it looks while the heartbeat is late.
 	// QEMU delivers an interrupt a vCPU can take within microseconds,
 	// so the same state seen twice this far apart is not one in passing.
-	wakeLookPeriod = time.Second
+	wakeLookPeriod = 250 * time.Millisecond
 )
 
 // lostWakeup is a vCPU seen taking interrupts, halted or not, with a
@@ -82,7 +87,6 @@ func findLostWakeups(cpus []vcpu) []lostWakeup {
 
 // wakeups is the harness's watch for lost wake-ups in one box.
 type wakeups struct {
-	lastLook time.Time
 	suspects []lostWakeup // what the last look found
 	done     int          // wake-ups sent
 }
@@ -104,16 +108,13 @@ func (w *wakeups) confirmed(found []lostWakeup) []lostWakeup {
 }
 
 // checkWakeups looks for lost wake-ups in a box whose heartbeat is late
-// and wakes its vCPUs when it finds one confirmed.
+// and wakes its vCPUs when it finds one confirmed. The watch calls it
+// every wakeLookPeriod.
 func (b *session) checkWakeups(now time.Time) {
 	if now.Sub(b.life.lastSign()) < wakeLookAfter {
 		b.wake.suspects = nil
 		return
 	}
-	if now.Sub(b.wake.lastLook) < wakeLookPeriod {
-		return
-	}
-	b.wake.lastLook = now
 	b.mu.Lock()
 	q := b.monitor
 	b.mu.Unlock()
@@ -149,5 +150,6 @@ func (b *session) checkWakeups(now time.Time) {
 		return
 	}
 	b.wake.done++
-	fmt.Fprintf(os.Stderr, "box: %s, an interrupt QEMU lost (box/wakeup.go); woke the box with an interrupt from its life port (wake-up %d of this box)\n", strings.Join(what, "; "), b.wake.done)
+	fmt.Fprintf(os.Stderr, "box: %s, an interrupt QEMU lost (box/wakeup.go); woke the box, silent for %.1f s, with an interrupt from its life port (wake-up %d of this box)\n",
+		strings.Join(what, "; "), now.Sub(b.life.lastSign()).Seconds(), b.wake.done)
 }
