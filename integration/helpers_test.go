@@ -215,18 +215,6 @@ func retryIfGuestDies(t *testing.T, attempt func() error) {
 	}
 }
 
-// needNetStress skips the TCP-over-TAP and vsock stress tests unless
-// SMOL_NET_STRESS=1. Known issue, open (README): under their load the box's
-// own kernel crashes in about half of the boxes that run them (QEMU 7.2 and
-// 10.0 alike), which would make every `make test` a coin toss even with
-// the reruns; they run on request until hardware KVM can run them.
-func needNetStress(t *testing.T) {
-	t.Helper()
-	if os.Getenv("SMOL_NET_STRESS") != "1" {
-		t.Skip("known issue: sustained TCP/vsock load crashes the nested box; run with SMOL_NET_STRESS=1")
-	}
-}
-
 // watchGuest stops m when limit has passed or as soon as its console shows
 // the guest kernel's RCU stall warning (a vCPU that stopped running: the
 // guest is hung, and waiting out the limit would only cost time). The

@@ -17,7 +17,6 @@ import (
 )
 
 func TestTCPOverTAPBothWays(t *testing.T) {
-	needNetStress(t)
 	kernel := artifact(t, "build/vmlinux", "kernel")
 	const tapName, hostIP, guestIP = "smoltest0", "10.213.0.1", "10.213.0.2"
 	// A TCP echo server on the host end of the TAP: the guest's 100 MiB go
