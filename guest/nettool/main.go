@@ -42,7 +42,7 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/smolvm/smol/guest/vsockdial"
 )
 
 func main() {
@@ -129,17 +129,18 @@ func optionalCount(i int) int {
 	return 1
 }
 
+// dialVsock connects to port on cid, waiting up to vsockConnectWait for
+// the answer (vsockdial says why not Linux's 2 s).
 func dialVsock(cid, port uint32) (io.ReadWriteCloser, error) {
-	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := vsockdial.Connect(cid, port, vsockConnectWait)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("connect %d:%d: %w", cid, port, err)
-	}
 	return os.NewFile(uintptr(fd), "vsock"), nil
 }
+
+// vsockConnectWait is how long nettool waits for a vsock peer's answer.
+const vsockConnectWait = 30 * time.Second
 
 func atoi(s string) int {
 	n, err := strconv.Atoi(s)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/smolvm/smol/guest/vsockdial"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,13 +119,9 @@ func (c vsockConn) CloseWrite() error {
 }
 
 func dialVsockStream(cid, port uint32) (streamConn, error) {
-	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := vsockdial.Connect(cid, port, vsockConnectWait)
 	if err != nil {
-		return nil, fmt.Errorf("vsock socket: %w", err)
-	}
-	if err := unix.Connect(fd, &unix.SockaddrVM{CID: cid, Port: port}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("connect %d:%d: %w", cid, port, err)
+		return nil, err
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)

@@ -1,4 +1,4 @@
-package main
+package vsockdial
 
 import (
 	"testing"
@@ -7,13 +7,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestDialWaitsForTheHostAsLongAsItsPatience: the socket dialHost connects
-// with waits for the host's answer for the time left, not for the
-// kernel's 2 s default, whose expiry can leave the host holding a
-// connection the guest gave up on.
-func TestDialWaitsForTheHostAsLongAsItsPatience(t *testing.T) {
+// TestSocketWaitsAsLongAsAsked: the socket Connect connects with waits
+// for the peer's answer as long as asked, not for the kernel's 2 s
+// default, whose expiry can leave the host holding a connection the guest
+// gave up on.
+func TestSocketWaitsAsLongAsAsked(t *testing.T) {
 	for _, wait := range []time.Duration{7 * time.Second, 0} {
-		fd, err := vsockSocketWaiting(wait)
+		fd, err := Socket(wait)
 		if err != nil {
 			t.Skipf("no AF_VSOCK sockets on this host: %v", err)
 		}
@@ -23,7 +23,7 @@ func TestDialWaitsForTheHostAsLongAsItsPatience(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The kernel keeps it in jiffies: a few milliseconds' rounding.
-		want := max(wait, minConnectWait)
+		want := max(wait, MinWait)
 		if got := time.Duration(tv.Nano()); got < want || got > want+10*time.Millisecond {
 			t.Errorf("connect timeout for a wait of %v: %v, want %v", wait, got, want)
 		}
